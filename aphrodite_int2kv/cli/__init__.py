@@ -1,0 +1,21 @@
+"""``aphrodite-int2kv`` command line: ``doctor`` (and, as they land, ``eval``,
+``make-rotation``, ``calibrate``)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from aphrodite_int2kv.cli import doctor
+
+    parser = argparse.ArgumentParser(prog="aphrodite-int2kv")
+    sub = parser.add_subparsers(dest="command", required=True)
+    doctor.add_parser(sub)
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
