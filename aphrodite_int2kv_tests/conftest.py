@@ -11,6 +11,14 @@ import pytest
 os.environ.setdefault("APHRODITE_TARGET_DEVICE", "cpu")  # 0.24.x: else "Failed to infer device type"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import torch  # noqa: E402
+
+# Kernels compile for real on a GPU; on a CPU host they run in Triton's interpreter. The switch
+# must be set before any kernel module is imported (triton.jit reads it at decoration time).
+if not torch.cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
 
 def engine_version():
     try:

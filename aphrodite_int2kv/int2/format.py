@@ -1,0 +1,109 @@
+"""Byte layout of one int2 cache slot (one token, one KV head). See docs/format.md.
+
+A slot holds K and V of one token for one KV head::
+
+    offset                     size          content
+    0                          D/4           K codes, 4 per byte, "planar" (below)
+    D/4                        D/4           V codes, same packing
+    D/2                        2*NG          K scale, fp16, one per group
+    D/2 + 2*NG                 2*NG          K zero,  fp16
+    D/2 + 4*NG                 2*NG          V scale, fp16
+    D/2 + 6*NG                 2*NG          V zero,  fp16
+    D/2 + 8*NG                 pad           zeros up to a multiple of 16 bytes
+
+with D = head_dim, G = group size, NG = D // G. Planar packing: byte ``j`` (0 <= j < D/4) holds
+the codes of elements ``j, j + D/4, j + D/2, j + 3D/4`` in bits 0-1, 2-3, 4-5, 6-7. Unpacking
+plane ``p`` of a whole byte vector is one shift and one mask and yields D/4 *consecutive*
+elements, which is what the kernels' tensor-core dots want.
+
+Dequantized value of element e: ``level(code) * scale[e // G] + zero[e // G]`` where
+``level(c) = c`` (uniform min/max) or a standard-normal Lloyd-Max level (``lloyd_max``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+GROUP_SIZES = (32, 64, 128, 256)
+HEAD_DIMS = (64, 128, 256)
+SLOT_ALIGN = 16   # bytes: lets kernels use 16-byte vector loads on every slot
+META_BYTES = 2    # fp16 scale and zero (see docs/format.md for the measurement behind it)
+PLANES = 4        # 2-bit codes per byte
+
+# 4-level Lloyd-Max quantizer for a standard normal: reconstruction levels and the decision
+# thresholds between them (midpoints). Max (1960) / Lloyd (1982).
+LLOYD_MAX_LEVELS = (-1.5104, -0.4528, 0.4528, 1.5104)
+LLOYD_MAX_THRESHOLDS = (-0.9816, 0.0, 0.9816)
+
+
+class Int2ConfigError(ValueError):
+    """A setting the int2 cache cannot honour; the message names it and the fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SlotLayout:
+    head_dim: int
+    group_size: int
+
+    def __post_init__(self):
+        D, G = self.head_dim, self.group_size
+        if D % PLANES or D < 16:
+            raise Int2ConfigError(f"int2 KV: head_dim {D} must be a multiple of 4 and >= 16")
+        if G not in GROUP_SIZES:
+            raise Int2ConfigError(f"int2 KV: group size {G} is not one of {GROUP_SIZES}; "
+                                  f"set APHRODITE_INT2KV_GROUP_SIZE to one of them")
+        if D % G:
+            raise Int2ConfigError(f"int2 KV: group size {G} does not divide head_dim {D}; "
+                                  f"choose a group size that divides {D}")
+
+    @property
+    def num_groups(self) -> int:
+        return self.head_dim // self.group_size
+
+    @property
+    def code_bytes(self) -> int:          # per tensor (K or V)
+        return self.head_dim // PLANES
+
+    @property
+    def k_codes(self) -> int:
+        return 0
+
+    @property
+    def v_codes(self) -> int:
+        return self.code_bytes
+
+    @property
+    def k_scale(self) -> int:
+        return 2 * self.code_bytes
+
+    @property
+    def k_zero(self) -> int:
+        return self.k_scale + META_BYTES * self.num_groups
+
+    @property
+    def v_scale(self) -> int:
+        return self.k_zero + META_BYTES * self.num_groups
+
+    @property
+    def v_zero(self) -> int:
+        return self.v_scale + META_BYTES * self.num_groups
+
+    @property
+    def used_bytes(self) -> int:
+        return self.v_zero + META_BYTES * self.num_groups
+
+    @property
+    def slot_bytes(self) -> int:
+        return -(-self.used_bytes // SLOT_ALIGN) * SLOT_ALIGN
+
+    def bits_per_element(self, padded: bool = True) -> float:
+        """Bits per cached K or V element, codes and scale/zero included."""
+        return 8 * (self.slot_bytes if padded else self.used_bytes) / (2 * self.head_dim)
+
+    def ratio_vs(self, elem_bytes: int = 2) -> float:
+        """How many times fewer bytes than a cache of `elem_bytes` per element (bf16: 2)."""
+        return 2 * self.head_dim * elem_bytes / self.slot_bytes
+
+
+def slot_bytes(head_dim: int, group_size: int) -> int:
+    return SlotLayout(head_dim, group_size).slot_bytes

@@ -1,0 +1,115 @@
+"""Rotations applied before quantization: the built-in normalized Hadamard and user files.
+
+K is stored as K @ R_k and Q is multiplied by R_k at attention time, so Q K^T is unchanged
+(R orthogonal). V is stored as V @ R_v and the attention output is multiplied by R_v^T.
+
+Built-in: the normalized Sylvester Hadamard H_D / sqrt(D) when D is a power of two. For other
+head_dims the rule is block-diagonal: Hadamard blocks of the largest power of two b that divides
+D (b >= 16 required, else a clear error).
+
+Files (``torch.save``; loaded with ``weights_only=True``)::
+
+    {"layers": {layer_index: {"rotation": T}}}      T: [D, D] or [num_kv_heads, D, D], fp32
+
+one file for K and one for V. Each is validated on load: shape, finite values, orthogonality
+(max |T^T T - I| <= ORTHO_TOL) and coverage of every attention layer; errors name the file, the
+layer and the problem. (Offsets for K centering, when present, live next to "rotation" as
+"k_offset"; see docs/format.md.)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+
+from aphrodite_int2kv.int2.format import Int2ConfigError
+
+ORTHO_TOL = 1e-3
+MIN_HADAMARD_BLOCK = 16
+
+
+@functools.lru_cache(maxsize=16)
+def _sylvester(n: int) -> torch.Tensor:
+    h = torch.ones(1, 1)
+    while h.shape[0] < n:
+        h = torch.cat([torch.cat([h, h], 1), torch.cat([h, -h], 1)], 0)
+    return h / n ** 0.5
+
+
+def hadamard(dim: int) -> torch.Tensor:
+    """Orthogonal [dim, dim] fp32: Sylvester Hadamard, block-diagonal if dim is not a power of 2."""
+    block = dim & -dim  # largest power of two dividing dim
+    if block < MIN_HADAMARD_BLOCK:
+        raise Int2ConfigError(
+            f"int2 KV: head_dim {dim} has no power-of-two factor >= {MIN_HADAMARD_BLOCK}, so no "
+            f"built-in Hadamard rotation exists for it; supply a rotation file "
+            f"(aphrodite-int2kv make-rotation / calibrate)")
+    return torch.block_diag(*[_sylvester(block)] * (dim // block)).clone()
+
+
+def orthogonality_error(t: torch.Tensor) -> float:
+    t = t.double()
+    eye = torch.eye(t.shape[-1], dtype=torch.float64)
+    return (t.transpose(-1, -2) @ t - eye).abs().amax().item()
+
+
+def validate_rotation(t, head_dim: int, num_kv_heads: int | None, where: str) -> torch.Tensor:
+    """Return T as fp32 [H or 1, D, D]; raise Int2ConfigError naming `where` otherwise."""
+    if not isinstance(t, torch.Tensor):
+        raise Int2ConfigError(f"{where}: rotation is a {type(t).__name__}, expected a torch tensor")
+    if t.dim() == 2:
+        t = t[None]
+    ok_heads = t.shape[0] == 1 or num_kv_heads is None or t.shape[0] == num_kv_heads
+    if t.dim() != 3 or t.shape[-2:] != (head_dim, head_dim) or not ok_heads:
+        want = f"[{head_dim}, {head_dim}]" + (f" or [{num_kv_heads}, {head_dim}, {head_dim}]"
+                                             if num_kv_heads else "")
+        raise Int2ConfigError(f"{where}: rotation has shape {list(t.shape)}, expected {want}")
+    if not torch.isfinite(t).all():
+        raise Int2ConfigError(f"{where}: rotation contains NaN or Inf")
+    err = orthogonality_error(t)
+    if err > ORTHO_TOL:
+        raise Int2ConfigError(f"{where}: rotation is not orthogonal (max |T^T T - I| = {err:.3g} > "
+                              f"{ORTHO_TOL}); regenerate it with aphrodite-int2kv make-rotation")
+    return t.float().contiguous()
+
+
+def load_rotation_file(path: str, head_dim: int, num_kv_heads: int | None,
+                       layers: list[int]) -> dict[int, dict[str, torch.Tensor]]:
+    """Load and validate a rotation file for the given attention layer indices."""
+    if not os.path.isfile(path):
+        raise Int2ConfigError(f"int2 KV rotation file {path!r} does not exist")
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:
+        raise Int2ConfigError(f"int2 KV rotation file {path!r} cannot be read as a torch.save "
+                              f"file: {exc}") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("layers"), dict):
+        raise Int2ConfigError(f"int2 KV rotation file {path!r}: expected "
+                              f"{{'layers': {{index: {{'rotation': T}}}}}}")
+    table = {int(k): v for k, v in data["layers"].items()}
+    missing = [i for i in layers if i not in table]
+    if missing:
+        raise Int2ConfigError(f"int2 KV rotation file {path!r} has no entry for attention "
+                              f"layer(s) {missing}; it covers {sorted(table)}")
+    out = {}
+    for i in layers:
+        entry = table[i]
+        where = f"int2 KV rotation file {path!r}, layer {i}"
+        if not isinstance(entry, dict) or "rotation" not in entry:
+            raise Int2ConfigError(f"{where}: expected a dict with key 'rotation'")
+        out[i] = {"rotation": validate_rotation(entry["rotation"], head_dim, num_kv_heads, where)}
+        if "k_offset" in entry:
+            off = entry["k_offset"]
+            if not isinstance(off, torch.Tensor) or off.shape[-1] != head_dim or not torch.isfinite(off).all():
+                raise Int2ConfigError(f"{where}: k_offset must be a finite tensor [..., {head_dim}]")
+            out[i]["k_offset"] = off.float().reshape(-1, head_dim)
+    return out
+
+
+def save_rotation_file(path: str, per_layer: dict[int, torch.Tensor], extra: dict | None = None) -> None:
+    layers = {int(i): {"rotation": t.float().contiguous()} for i, t in per_layer.items()}
+    for i, more in (extra or {}).items():
+        layers[int(i)].update(more)
+    torch.save({"layers": layers}, path)

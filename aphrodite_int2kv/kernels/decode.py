@@ -1,0 +1,210 @@
+"""Split-KV paged decode over the int2 cache, grouped for GQA.
+
+Stage 1 (`_int2_decode_split_kernel`), grid (batch, num_kv_heads * TILES, NUM_SPLITS): one program
+reads one KV head's tokens of one split once, for a tile of BLOCK_H query heads *of that KV
+head's group*. Head mapping, valid for every ratio of query to KV heads:
+
+    kv_head  = pid1 // TILES                  TILES = cdiv(RATIO, BLOCK_H)
+    in_group = (pid1 % TILES) * BLOCK_H + arange(BLOCK_H)
+    q_head   = kv_head * RATIO + in_group     masked where in_group >= RATIO
+
+so a tile never straddles two KV groups (aphrodite's grouped Triton decode derives the KV head
+from the tile index alone and gets this wrong when RATIO > BLOCK_H and RATIO % BLOCK_H != 0).
+
+Stage 2 (`_int2_decode_merge_kernel`), grid (batch, num_q_heads): log-sum-exp merge of the splits.
+Queries come in, and outputs go out, in the rotated basis (the caller rotates).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
+from aphrodite_int2kv.kernels import interpreting
+from aphrodite_int2kv.kernels.common import LOG2E, plane_scores, plane_values
+
+
+@triton.jit
+def _int2_decode_split_kernel(
+    q_ptr, stride_qb, stride_qh,                 # [B, Hq, D] rotated queries
+    cache_u8, cache_f16,                         # paged cache, uint8 and fp16 views
+    stride_cb, stride_cs, stride_ch,             # uint8 strides of [blocks, block_size, Hkv, slot]
+    block_table_ptr, stride_bt,                  # [B, max_blocks] int32
+    seq_lens_ptr,                                # [B] int32
+    part_out_ptr, part_lse_ptr,                  # [B, Hq, NUM_SPLITS, D] fp32, [B, Hq, NUM_SPLITS] fp32
+    qk_scale,                                    # softmax scale * log2(e)
+    BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+    RATIO: tl.constexpr, TILES: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
+    OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
+    LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
+    DOT: tl.constexpr,
+    UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
+):
+    W: tl.constexpr = D // 4
+    SEG: tl.constexpr = W if G > W else G
+    batch = tl.program_id(0)
+    split = tl.program_id(2)
+    if UPSTREAM_HEAD_MAP:
+        # The mapping of aphrodite's _fwd_grouped_kernel_stage1, kept only so the tests can show
+        # that they catch it (48 q / 2 kv heads: q head 24 reads KV head 0).
+        VALID: tl.constexpr = BLOCK_H if RATIO > BLOCK_H else RATIO
+        kv_head = tl.program_id(1) // TILES
+        q_head = tl.program_id(1) * VALID + tl.arange(0, BLOCK_H)
+        hmask = (q_head < (tl.program_id(1) + 1) * VALID) & (q_head < NUM_Q_HEADS)
+    else:
+        kv_head = tl.program_id(1) // TILES
+        in_group = (tl.program_id(1) % TILES) * BLOCK_H + tl.arange(0, BLOCK_H)
+        q_head = kv_head * RATIO + in_group
+        hmask = in_group < RATIO
+
+    seq_len = tl.load(seq_lens_ptr + batch)
+    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    start = split * per_split
+    end = tl.minimum(start + per_split, seq_len)
+
+    cols = tl.arange(0, W)
+    q_rows = q_ptr + batch * stride_qb + q_head[:, None] * stride_qh + cols[None, :]
+    q0 = tl.load(q_rows + 0 * W, mask=hmask[:, None], other=0.0).to(tl.float32)
+    q1 = tl.load(q_rows + 1 * W, mask=hmask[:, None], other=0.0).to(tl.float32)
+    q2 = tl.load(q_rows + 2 * W, mask=hmask[:, None], other=0.0).to(tl.float32)
+    q3 = tl.load(q_rows + 3 * W, mask=hmask[:, None], other=0.0).to(tl.float32)
+
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc0 = tl.zeros([BLOCK_H, W], tl.float32)
+    acc1 = tl.zeros([BLOCK_H, W], tl.float32)
+    acc2 = tl.zeros([BLOCK_H, W], tl.float32)
+    acc3 = tl.zeros([BLOCK_H, W], tl.float32)
+
+    for n0 in range(start, end, BLOCK_N):
+        tok = n0 + tl.arange(0, BLOCK_N)
+        nmask = tok < end
+        page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
+        slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
+        meta = cache_f16 + slot // 2                      # slots are 16-byte aligned
+        kbytes_t = tl.load(cache_u8 + slot[None, :] + cols[:, None], mask=nmask[None, :], other=0).to(tl.int32)
+
+        s = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
+        s = plane_scores(s, q0, kbytes_t, 0, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q1, kbytes_t, 1, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q2, kbytes_t, 2, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q3, kbytes_t, 3, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
+        s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
+
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i = m_new
+
+        vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0).to(tl.int32)
+        acc0 = plane_values(acc0 * alpha[:, None], p, vbytes, 0, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+        acc1 = plane_values(acc1 * alpha[:, None], p, vbytes, 1, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+        acc2 = plane_values(acc2 * alpha[:, None], p, vbytes, 2, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+        acc3 = plane_values(acc3 * alpha[:, None], p, vbytes, 3, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+
+    has = l_i > 0
+    inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
+    row = (batch * NUM_Q_HEADS + q_head) * NUM_SPLITS + split
+    out_rows = part_out_ptr + row[:, None] * D + cols[None, :]
+    tl.store(out_rows + 0 * W, acc0 * inv_l[:, None], mask=hmask[:, None])
+    tl.store(out_rows + 1 * W, acc1 * inv_l[:, None], mask=hmask[:, None])
+    tl.store(out_rows + 2 * W, acc2 * inv_l[:, None], mask=hmask[:, None])
+    tl.store(out_rows + 3 * W, acc3 * inv_l[:, None], mask=hmask[:, None])
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(part_lse_ptr + row, lse, mask=hmask)
+
+
+@triton.jit
+def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, out_ptr, stride_ob, stride_oh,
+                              NUM_Q_HEADS: tl.constexpr, NUM_SPLITS: tl.constexpr,
+                              SPLITS_P2: tl.constexpr, D: tl.constexpr):
+    batch = tl.program_id(0)
+    head = tl.program_id(1)
+    splits = tl.arange(0, SPLITS_P2)
+    smask = splits < NUM_SPLITS
+    row = (batch * NUM_Q_HEADS + head) * NUM_SPLITS
+    lse = tl.load(part_lse_ptr + row + splits, mask=smask, other=float("-inf"))
+    m = tl.max(lse, axis=0)
+    m = tl.where(m == float("-inf"), 0.0, m)          # a sequence of length 0: all splits empty
+    w = tl.exp2(lse - m)
+    dims = tl.arange(0, D)
+    parts = tl.load(part_out_ptr + (row + splits)[:, None] * D + dims[None, :], mask=smask[:, None], other=0.0)
+    total = tl.sum(w, axis=0)
+    out = tl.sum(parts * w[:, None], axis=0) / tl.where(total > 0, total, 1.0)
+    tl.store(out_ptr + batch * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
+
+
+def dot_dtype(activation_dtype: torch.dtype):
+    # fp16 operands on the GPU: codes/levels are exact or near-exact in fp16, and fp16 keeps 3 more
+    # mantissa bits than bf16 for q and p*scale. The interpreter only multiplies fp32/fp16 right.
+    return tl.float32 if interpreting() else tl.float16
+
+
+def pick_num_splits(batch: int, programs_per_seq: int, max_seq_len: int, num_sms: int = 132,
+                    max_splits: int = 64, min_tokens_per_split: int = 256) -> int:
+    """Enough programs to fill the GPU about twice, never splits shorter than min_tokens."""
+    want = -(-2 * num_sms // max(1, batch * programs_per_seq))
+    cap = max(1, max_seq_len // min_tokens_per_split)
+    return max(1, min(want, cap, max_splits))
+
+
+def block_h_for(ratio: int) -> int:
+    """Query-head tile: tl.dot needs >= 16 rows; larger groups tile by 16 (or 32 when the
+    whole group fits, which halves the KV reads for ratios 17..32)."""
+    return 16 if ratio <= 16 else 32 if ratio <= 32 else 16
+
+
+def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
+                seq_lens: torch.Tensor, layout: SlotLayout, sm_scale: float, num_splits: int,
+                out: torch.Tensor | None = None, lloyd_max: bool = False,
+                workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
+                block_n: int = 64, _upstream_head_map: bool = False) -> torch.Tensor:
+    """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
+
+    kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
+    (page ids); seq_lens [B] int32, the number of cached tokens to attend (current token included).
+    `num_splits` is fixed by the caller so grids are identical between CUDA-graph capture and replay;
+    `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated buffers, optional.
+    """
+    B, Hq, D = q_rot.shape
+    Hkv = kv_cache.shape[2]
+    if Hq % Hkv:
+        raise ValueError(f"int2 decode: {Hq} query heads are not a multiple of {Hkv} KV heads")
+    assert kv_cache.dtype == torch.uint8 and kv_cache.shape[-1] == layout.slot_bytes
+    assert kv_cache.stride(-1) == 1 and q_rot.stride(-1) == 1 and D == layout.head_dim
+    ratio = Hq // Hkv
+    block_h = 16 if _upstream_head_map else block_h_for(ratio)
+    tiles = triton.cdiv(ratio, block_h)
+    grid_heads = triton.cdiv(Hq, min(block_h, ratio)) if _upstream_head_map else Hkv * tiles
+    if out is None:
+        out = torch.empty_like(q_rot)
+    if workspace is None:
+        part_out = torch.empty(B * Hq * num_splits * D, dtype=torch.float32, device=q_rot.device)
+        part_lse = torch.empty(B * Hq * num_splits, dtype=torch.float32, device=q_rot.device)
+    else:
+        part_out, part_lse = workspace
+    lv = LLOYD_MAX_LEVELS
+    _int2_decode_split_kernel[(B, grid_heads, num_splits)](
+        q_rot, q_rot.stride(0), q_rot.stride(1),
+        kv_cache, kv_cache.view(torch.float16),
+        kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
+        block_table, block_table.stride(0), seq_lens,
+        part_out, part_lse, sm_scale * LOG2E,
+        BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size,
+        RATIO=ratio, TILES=tiles, NUM_Q_HEADS=Hq, BLOCK_H=block_h, BLOCK_N=block_n,
+        NUM_SPLITS=num_splits,
+        OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
+        OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
+        LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
+        DOT=dot_dtype(q_rot.dtype), UPSTREAM_HEAD_MAP=_upstream_head_map, num_warps=4,
+    )
+    _int2_decode_merge_kernel[(B, Hq)](
+        part_out, part_lse, out, out.stride(0), out.stride(1),
+        NUM_Q_HEADS=Hq, NUM_SPLITS=num_splits, SPLITS_P2=triton.next_power_of_2(num_splits), D=D,
+    )
+    return out

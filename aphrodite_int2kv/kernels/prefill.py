@@ -1,0 +1,155 @@
+"""Prefill / extend: new query tokens attend to their sequence's int2 prefix (read straight from
+the paged cache, never dequantized into a buffer) and, causally, to the current chunk's own K/V in
+full precision. Peak temporary memory is the chunk itself.
+
+Grid (cdiv(max_query_len, BLOCK_M), num_q_heads, batch); one program = BLOCK_M query tokens of one
+head; its KV head is q_head // RATIO. Varlen: query_start_loc [B+1], seq_lens [B] (prefix + chunk).
+Inputs and output are in the rotated basis.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
+from aphrodite_int2kv.kernels.common import LOG2E, plane_scores, plane_values
+from aphrodite_int2kv.kernels.decode import dot_dtype
+
+
+@triton.jit
+def _int2_prefill_kernel(
+    q_ptr, stride_qt, stride_qh,                 # [T, Hq, D] rotated queries
+    k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,   # [T, Hkv, D] rotated chunk K/V
+    out_ptr, stride_ot, stride_oh,               # [T, Hq, D]
+    cache_u8, cache_f16, stride_cb, stride_cs, stride_ch,
+    block_table_ptr, stride_bt, query_start_ptr, seq_lens_ptr,
+    qk_scale,
+    BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr, RATIO: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
+    OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
+    LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
+    DOT: tl.constexpr,
+):
+    W: tl.constexpr = D // 4
+    SEG: tl.constexpr = W if G > W else G
+    q_block = tl.program_id(0)
+    q_head = tl.program_id(1)
+    batch = tl.program_id(2)
+    kv_head = q_head // RATIO
+
+    q_start = tl.load(query_start_ptr + batch)
+    q_len = tl.load(query_start_ptr + batch + 1) - q_start
+    if q_block * BLOCK_M >= q_len:
+        return
+    prefix_len = tl.load(seq_lens_ptr + batch) - q_len
+
+    rows = q_block * BLOCK_M + tl.arange(0, BLOCK_M)          # position within the chunk
+    rmask = rows < q_len
+    cols = tl.arange(0, W)
+    q_rows = q_ptr + (q_start + rows)[:, None] * stride_qt + q_head * stride_qh + cols[None, :]
+    q0 = tl.load(q_rows + 0 * W, mask=rmask[:, None], other=0.0).to(tl.float32)
+    q1 = tl.load(q_rows + 1 * W, mask=rmask[:, None], other=0.0).to(tl.float32)
+    q2 = tl.load(q_rows + 2 * W, mask=rmask[:, None], other=0.0).to(tl.float32)
+    q3 = tl.load(q_rows + 3 * W, mask=rmask[:, None], other=0.0).to(tl.float32)
+
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc0 = tl.zeros([BLOCK_M, W], tl.float32)
+    acc1 = tl.zeros([BLOCK_M, W], tl.float32)
+    acc2 = tl.zeros([BLOCK_M, W], tl.float32)
+    acc3 = tl.zeros([BLOCK_M, W], tl.float32)
+
+    # Phase 1: the int2 prefix (every new token sees all of it).
+    for n0 in range(0, prefix_len, BLOCK_N):
+        tok = n0 + tl.arange(0, BLOCK_N)
+        nmask = tok < prefix_len
+        page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
+        slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
+        meta = cache_f16 + slot // 2
+        kbytes_t = tl.load(cache_u8 + slot[None, :] + cols[:, None], mask=nmask[None, :], other=0).to(tl.int32)
+        s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+        s = plane_scores(s, q0, kbytes_t, 0, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q1, kbytes_t, 1, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q2, kbytes_t, 2, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q3, kbytes_t, 3, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
+        s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp2(m_i - m_new)
+        p = tl.exp2(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i = m_new
+        vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0).to(tl.int32)
+        acc0 = plane_values(acc0 * alpha[:, None], p, vbytes, 0, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+        acc1 = plane_values(acc1 * alpha[:, None], p, vbytes, 1, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+        acc2 = plane_values(acc2 * alpha[:, None], p, vbytes, 2, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+        acc3 = plane_values(acc3 * alpha[:, None], p, vbytes, 3, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+
+    # Phase 2: the chunk itself in full precision, causal (chunk key j visible to row i if j <= i).
+    chunk_end = tl.minimum(q_len, (q_block + 1) * BLOCK_M)
+    for n0 in range(0, chunk_end, BLOCK_N):
+        keys = n0 + tl.arange(0, BLOCK_N)
+        kmask = keys < chunk_end
+        k_rows = k_ptr + (q_start + keys)[None, :] * stride_kt + kv_head * stride_kh + cols[:, None]
+        v_rows = v_ptr + (q_start + keys)[:, None] * stride_vt + kv_head * stride_vh + cols[None, :]
+        s = tl.dot(q0.to(DOT), tl.load(k_rows + 0 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        s += tl.dot(q1.to(DOT), tl.load(k_rows + 1 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        s += tl.dot(q2.to(DOT), tl.load(k_rows + 2 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        s += tl.dot(q3.to(DOT), tl.load(k_rows + 3 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        visible = kmask[None, :] & (keys[None, :] <= rows[:, None])
+        s = tl.where(visible, s * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)       # padded rows see nothing
+        alpha = tl.exp2(m_i - m_safe)
+        p = tl.exp2(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        m_i = m_new
+        pd = p.to(DOT)
+        acc0 = acc0 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 0 * W, mask=kmask[:, None], other=0.0).to(DOT))
+        acc1 = acc1 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 1 * W, mask=kmask[:, None], other=0.0).to(DOT))
+        acc2 = acc2 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 2 * W, mask=kmask[:, None], other=0.0).to(DOT))
+        acc3 = acc3 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 3 * W, mask=kmask[:, None], other=0.0).to(DOT))
+
+    inv_l = 1.0 / tl.where(l_i > 0, l_i, 1.0)
+    o_rows = out_ptr + (q_start + rows)[:, None] * stride_ot + q_head * stride_oh + cols[None, :]
+    ty = out_ptr.dtype.element_ty
+    tl.store(o_rows + 0 * W, (acc0 * inv_l[:, None]).to(ty), mask=rmask[:, None])
+    tl.store(o_rows + 1 * W, (acc1 * inv_l[:, None]).to(ty), mask=rmask[:, None])
+    tl.store(o_rows + 2 * W, (acc2 * inv_l[:, None]).to(ty), mask=rmask[:, None])
+    tl.store(o_rows + 3 * W, (acc3 * inv_l[:, None]).to(ty), mask=rmask[:, None])
+
+
+def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, seq_lens,
+                 max_query_len: int, layout: SlotLayout, sm_scale: float, out=None,
+                 lloyd_max: bool = False, block_m: int = 64, block_n: int = 64):
+    """q_rot [T, Hq, D], k_rot/v_rot [T, Hkv, D] (the chunk, rotated) -> out [T, Hq, D] (rotated)."""
+    T, Hq, D = q_rot.shape
+    Hkv = k_rot.shape[1]
+    if Hq % Hkv:
+        raise ValueError(f"int2 prefill: {Hq} query heads are not a multiple of {Hkv} KV heads")
+    assert kv_cache.dtype == torch.uint8 and kv_cache.shape[-1] == layout.slot_bytes
+    if out is None:
+        out = torch.empty_like(q_rot)
+    B = seq_lens.shape[0]
+    if T == 0 or B == 0:
+        return out
+    lv = LLOYD_MAX_LEVELS
+    grid = (triton.cdiv(max_query_len, block_m), Hq, B)
+    _int2_prefill_kernel[grid](
+        q_rot, q_rot.stride(0), q_rot.stride(1),
+        k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
+        out, out.stride(0), out.stride(1),
+        kv_cache, kv_cache.view(torch.float16),
+        kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
+        block_table, block_table.stride(0), query_start_loc, seq_lens,
+        sm_scale * LOG2E,
+        BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size, RATIO=Hq // Hkv,
+        BLOCK_M=block_m, BLOCK_N=block_n,
+        OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
+        OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
+        LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
+        DOT=dot_dtype(q_rot.dtype), num_warps=4,
+    )
+    return out

@@ -1,0 +1,119 @@
+"""Store: quantize + pack rotated K/V of new tokens into the paged int2 cache.
+
+One program per (token, KV head). Rotation happens before (a matmul in the caller); this kernel
+is the quantizer of int2/quantizer.py, bit for bit, written straight into the slot.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from aphrodite_int2kv.int2.format import LLOYD_MAX_THRESHOLDS, SlotLayout
+
+FP16_MAX = 65504.0
+
+
+@triton.jit
+def _quantize_group_rows(x, CLIP: tl.constexpr, LLOYD: tl.constexpr, G: tl.constexpr,
+                         T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr):
+    """x [NG, G] fp32 -> (codes [NG, G] int32, scale [NG] fp16, zero [NG] fp16)."""
+    x = tl.where(x != x, 0.0, x)                              # NaN -> 0
+    x = tl.minimum(tl.maximum(x, -FP16_MAX), FP16_MAX)        # +-Inf -> +-fp16 max
+    if LLOYD:
+        mean = tl.sum(x, axis=1) / G
+        d = x - mean[:, None]
+        std = tl.sqrt(tl.sum(d * d, axis=1) / G)
+        zero = mean.to(tl.float16)
+        scale = std.to(tl.float16)
+        sf = scale.to(tl.float32)
+        inv = tl.where(sf > 0, 1.0 / tl.where(sf > 0, sf, 1.0), 0.0)
+        t = (x - zero.to(tl.float32)[:, None]) * inv[:, None]
+        codes = (t > T0).to(tl.int32) + (t > T1).to(tl.int32) + (t > T2).to(tl.int32)
+    else:
+        lo = tl.min(x, axis=1)
+        hi = tl.max(x, axis=1)
+        mid = (hi + lo) * 0.5
+        half = (hi - lo) * (0.5 * CLIP)
+        lo = mid - half
+        hi = mid + half
+        scale = ((hi - lo) / 3.0).to(tl.float16)
+        zero = lo.to(tl.float16)
+        sf = scale.to(tl.float32)
+        inv = tl.where(sf > 0, 1.0 / tl.where(sf > 0, sf, 1.0), 0.0)
+        t = (x - zero.to(tl.float32)[:, None]) * inv[:, None]
+        codes = tl.minimum(tl.maximum(tl.floor(t + 0.5), 0.0), 3.0).to(tl.int32)
+    return codes, scale, zero
+
+
+@triton.jit
+def _pack_planar(codes, D: tl.constexpr, W: tl.constexpr):
+    """codes [NG, G] (row-major = element order) -> bytes [W]; byte j = sum_p code[j + p*W] << 2p."""
+    planes = tl.reshape(codes, (4, W))
+    shifts = (tl.arange(0, 4) * 2)[:, None]
+    return tl.sum(planes << shifts, axis=0).to(tl.uint8)
+
+
+@triton.jit
+def _int2_store_kernel(
+    k_ptr, v_ptr,                       # [T, H, D] rotated, any float dtype
+    slot_ptr,                           # [T] int64 slot ids (block * block_size + offset), -1 = pad
+    cache_u8, cache_f16,                # the same paged cache as uint8 and as fp16 views
+    stride_kt, stride_kh, stride_vt, stride_vh,
+    stride_cb, stride_cs, stride_ch,    # uint8 strides of [num_blocks, block_size, H, slot]
+    BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+    K_CLIP: tl.constexpr, V_CLIP: tl.constexpr, LLOYD: tl.constexpr,
+    T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr,
+    OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
+    OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
+):
+    token = tl.program_id(0)
+    head = tl.program_id(1)
+    slot = tl.load(slot_ptr + token).to(tl.int64)
+    if slot < 0:                       # padded token: the engine fills these with -1
+        return
+    block = slot // BLOCK_SIZE
+    offset = slot % BLOCK_SIZE
+    base = block * stride_cb + offset * stride_cs + head * stride_ch   # bytes; even (16-aligned slots)
+
+    W: tl.constexpr = D // 4
+    rows = tl.arange(0, NG)[:, None] * G + tl.arange(0, G)[None, :]    # element index, [NG, G]
+    groups = tl.arange(0, NG)
+    bytes_w = tl.arange(0, W)
+
+    k = tl.load(k_ptr + token * stride_kt + head * stride_kh + rows).to(tl.float32)
+    codes, scale, zero = _quantize_group_rows(k, K_CLIP, LLOYD, G, T0, T1, T2)
+    tl.store(cache_u8 + base + bytes_w, _pack_planar(codes, D, W))
+    tl.store(cache_f16 + (base + OFF_KS) // 2 + groups, scale)
+    tl.store(cache_f16 + (base + OFF_KZ) // 2 + groups, zero)
+
+    v = tl.load(v_ptr + token * stride_vt + head * stride_vh + rows).to(tl.float32)
+    codes, scale, zero = _quantize_group_rows(v, V_CLIP, LLOYD, G, T0, T1, T2)
+    tl.store(cache_u8 + base + OFF_V + bytes_w, _pack_planar(codes, D, W))
+    tl.store(cache_f16 + (base + OFF_VS) // 2 + groups, scale)
+    tl.store(cache_f16 + (base + OFF_VZ) // 2 + groups, zero)
+
+
+def int2_store(k_rot: torch.Tensor, v_rot: torch.Tensor, slot_mapping: torch.Tensor,
+               kv_cache: torch.Tensor, layout: SlotLayout, k_clip: float = 1.0,
+               v_clip: float = 1.0, lloyd_max: bool = False) -> None:
+    """Write rotated K/V [T, H, D] into kv_cache [num_blocks, block_size, H, slot_bytes] (uint8,
+    last dim contiguous) at slot_mapping [T]; slots < 0 are skipped."""
+    T, H, D = k_rot.shape
+    assert D == layout.head_dim and kv_cache.dtype == torch.uint8
+    assert kv_cache.shape[-1] == layout.slot_bytes and kv_cache.stride(-1) == 1
+    assert k_rot.stride(-1) == 1 and v_rot.stride(-1) == 1
+    if T == 0:
+        return
+    th = LLOYD_MAX_THRESHOLDS
+    _int2_store_kernel[(T, H)](
+        k_rot, v_rot, slot_mapping, kv_cache, kv_cache.view(torch.float16),
+        k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
+        kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
+        BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size, NG=layout.num_groups,
+        K_CLIP=float(k_clip), V_CLIP=float(v_clip), LLOYD=bool(lloyd_max),
+        T0=th[0], T1=th[1], T2=th[2],
+        OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
+        OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
+    )

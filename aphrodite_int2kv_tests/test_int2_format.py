@@ -1,0 +1,174 @@
+"""Format, quantizer and rotation (plain torch)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from aphrodite_int2kv.int2 import quantizer as Q
+from aphrodite_int2kv.int2.format import Int2ConfigError, SlotLayout
+from aphrodite_int2kv.int2.rotation import (hadamard, load_rotation_file, orthogonality_error,
+                                            save_rotation_file)
+
+
+@pytest.mark.parametrize("D,G,expect_bytes,expect_bits", [
+    (128, 32, 96, 3.0), (128, 64, 80, 2.5), (128, 128, 80, 2.5), (256, 32, 192, 3.0),
+    (256, 128, 144, 2.25), (256, 256, 144, 2.25), (64, 32, 48, 3.0), (64, 64, 48, 3.0)])
+def test_slot_sizes(D, G, expect_bytes, expect_bits):
+    L = SlotLayout(D, G)
+    assert L.slot_bytes == expect_bytes and L.slot_bytes % 16 == 0
+    assert L.bits_per_element() == expect_bits
+    assert L.used_bytes == D // 2 + 8 * (D // G)
+    assert L.v_zero + 2 * L.num_groups == L.used_bytes
+
+
+@pytest.mark.parametrize("D,G", [(128, 48), (128, 512), (64, 128), (30, 32)])
+def test_bad_layouts_are_refused_with_a_reason(D, G):
+    with pytest.raises(Int2ConfigError, match="int2 KV"):
+        SlotLayout(D, G)
+
+
+def test_pack_unpack_roundtrip():
+    codes = torch.randint(0, 4, (5, 3, 128), dtype=torch.uint8)
+    packed = Q.pack_planar(codes)
+    assert packed.shape == (5, 3, 32)
+    assert torch.equal(Q.unpack_planar(packed), codes)
+    # planar: byte j holds element j in bits 0-1 and element j + 96 in bits 6-7
+    assert int(packed[0, 0, 7]) & 3 == int(codes[0, 0, 7])
+    assert int(packed[0, 0, 7]) >> 6 == int(codes[0, 0, 7 + 96])
+
+
+@pytest.mark.parametrize("G", [32, 64, 128])
+def test_uniform_error_bound(G):
+    torch.manual_seed(0)
+    x = torch.randn(64, 128) * torch.rand(64, 1) * 10
+    codes, scale, zero = Q.quantize_groups(x, G)
+    xh = Q.dequantize_groups(codes, scale, zero, G)
+    step = scale.float().repeat_interleave(G, -1)
+    # half a step of rounding, plus fp16 rounding of scale and zero
+    bound = step / 2 + step * 3 * 2 ** -10 + zero.float().abs().repeat_interleave(G, -1) * 2 ** -10 + 1e-6
+    assert ((x - xh).abs() <= bound).all()
+    assert codes.max() <= 3
+
+
+def test_clipping_trades_range_for_resolution():
+    torch.manual_seed(0)
+    x = torch.randn(4096, 32)
+    e1 = (Q.fake_quantize(x, 32, clip=1.0) - x).pow(2).mean()
+    e9 = (Q.fake_quantize(x, 32, clip=0.85) - x).pow(2).mean()
+    assert e9 < e1  # on Gaussian data a little clipping lowers MSE
+
+
+def test_lloyd_max_beats_uniform_on_gaussian_groups():
+    torch.manual_seed(0)
+    x = torch.randn(4096, 128)
+    eu = (Q.fake_quantize(x, 128) - x).pow(2).mean()
+    el = (Q.fake_quantize(x, 128, lloyd_max=True) - x).pow(2).mean()
+    assert el < eu * 0.8
+
+
+@pytest.mark.parametrize("lloyd", [False, True])
+def test_constant_group_is_exact(lloyd):
+    x = torch.full((2, 64), 0.375)  # representable in fp16
+    x[1] = -7.5
+    assert torch.equal(Q.fake_quantize(x, 32, lloyd_max=lloyd), x)
+
+
+def test_non_finite_input_is_sanitized():
+    x = torch.randn(3, 64)
+    x[0, 5] = float("nan")
+    x[1, 7] = float("inf")
+    x[2, 9] = float("-inf")
+    out = Q.fake_quantize(x, 32)
+    assert torch.isfinite(out).all()
+    assert out[1, 7] > 60000 and out[2, 9] < -60000
+
+
+def test_lloyd_and_clip_conflict_is_an_error():
+    with pytest.raises(Int2ConfigError, match="Lloyd-Max"):
+        Q.quantize_groups(torch.randn(2, 32), 32, clip=0.9, lloyd_max=True)
+    with pytest.raises(Int2ConfigError, match="clip ratio"):
+        Q.quantize_groups(torch.randn(2, 32), 32, clip=1.5)
+
+
+def test_slot_encode_decode_roundtrip():
+    torch.manual_seed(0)
+    L = SlotLayout(128, 32)
+    k, v = torch.randn(7, 2, 128), torch.randn(7, 2, 128)
+    slots = Q.encode_slots(k, v, L)
+    assert slots.shape == (7, 2, 96) and slots.dtype == torch.uint8
+    kd, vd = Q.decode_slots(slots, L)
+    assert torch.allclose(kd, Q.fake_quantize(k, 32)) and torch.allclose(vd, Q.fake_quantize(v, 32))
+
+
+@pytest.mark.parametrize("D", [64, 128, 256, 96, 80])
+def test_hadamard_is_orthogonal(D):
+    H = hadamard(D)
+    assert H.shape == (D, D) and orthogonality_error(H) < 1e-5
+    if D & (D - 1) == 0:
+        assert torch.allclose(H.abs(), torch.full((D, D), D ** -0.5))
+
+
+def test_hadamard_refuses_dims_without_a_usable_block():
+    with pytest.raises(Int2ConfigError, match="head_dim 40"):
+        hadamard(40)
+
+
+def test_rotation_lowers_attention_error_on_channel_outliers():
+    """Attention output vs fp32 when K has a few large outlier channels (as post-RoPE keys do)."""
+    from aphrodite_int2kv.int2.reference import attend
+
+    torch.manual_seed(0)
+    D, H = 128, hadamard(128)
+    plain_err, rot_err = [], []
+    for _ in range(3):
+        k, v, q = torch.randn(512, 2, D), torch.randn(512, 2, D), torch.randn(4, 8, D)
+        ch = torch.randperm(D)[:4]
+        k[:, :, ch] = k[:, :, ch] * 8 + torch.randn(4) * 10
+        ref = attend(q, k, v, D ** -0.5)
+        plain = attend(q, Q.fake_quantize(k, 32), Q.fake_quantize(v, 32), D ** -0.5)
+        rot = attend(q @ H, Q.fake_quantize(k @ H, 32), Q.fake_quantize(v @ H, 32), D ** -0.5) @ H.T
+        plain_err.append(((plain - ref).norm() / ref.norm()).item())
+        rot_err.append(((rot - ref).norm() / ref.norm()).item())
+    assert sum(rot_err) < 0.6 * sum(plain_err), (plain_err, rot_err)
+
+
+def _write(tmp_path, layers, name="rot.pt"):
+    path = tmp_path / name
+    torch.save({"layers": layers}, path)
+    return str(path)
+
+
+def test_rotation_file_roundtrip_per_layer_and_per_head(tmp_path):
+    q, _ = torch.linalg.qr(torch.randn(2, 64, 64))
+    path = str(tmp_path / "k.pt")
+    save_rotation_file(path, {3: hadamard(64), 7: q})
+    rots = load_rotation_file(path, 64, 2, [3, 7])
+    assert rots[3]["rotation"].shape == (1, 64, 64) and rots[7]["rotation"].shape == (2, 64, 64)
+
+
+@pytest.mark.parametrize("entry,match", [
+    (torch.eye(32), r"layer 0: rotation has shape \[1, 32, 32\], expected \[64, 64\]"),
+    (torch.full((64, 64), float("nan")), "layer 0: rotation contains NaN"),
+    (torch.eye(64) * 1.1, "layer 0: rotation is not orthogonal"),
+    (torch.stack([torch.eye(64)] * 3), r"expected \[64, 64\] or \[2, 64, 64\]"),
+])
+def test_rotation_file_errors_name_file_layer_and_problem(tmp_path, entry, match):
+    path = _write(tmp_path, {0: {"rotation": entry}})
+    with pytest.raises(Int2ConfigError, match=match) as err:
+        load_rotation_file(path, 64, 2, [0])
+    assert path in str(err.value)
+
+
+def test_rotation_file_missing_layer_and_missing_file(tmp_path):
+    path = _write(tmp_path, {0: {"rotation": torch.eye(64)}})
+    with pytest.raises(Int2ConfigError, match=r"no entry for attention layer\(s\) \[4\]"):
+        load_rotation_file(path, 64, None, [0, 4])
+    with pytest.raises(Int2ConfigError, match="does not exist"):
+        load_rotation_file(str(tmp_path / "nope.pt"), 64, None, [0])
+    bad = tmp_path / "bad.pt"
+    bad.write_text("not a torch file")
+    with pytest.raises(Int2ConfigError, match="cannot be read"):
+        load_rotation_file(str(bad), 64, None, [0])
