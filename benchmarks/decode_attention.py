@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""int2 paged decode vs the fastest bf16 decode on the same shapes, in one process (GPU).
+
+bf16 contenders (same Hq/Hkv/D/context/batch, one query token per sequence):
+  sdpa-<backend>  torch SDPA on contiguous K/V [B, Hkv, S, D], Q folded to [B, Hkv, G, D]
+                  (flash / cuDNN / efficient, each forced; K/V read once per KV head)
+  aphrodite-triton  aphrodite 0.21.0's grouped split-KV Triton decode on a paged bf16 cache
+                    (if aphrodite is importable; ratio 8 is not affected by its head-tiling bug)
+int2: aphrodite_int2kv.kernels.decode.int2_decode on a paged int2 cache (block size 16).
+
+Timing: CUDA events, L2 flushed (256 MiB memset) before every timed call, median of --iters.
+Rows (JSON list) go to --out: context_len, batch, num_q_heads, num_kv_heads, head_dim,
+group_size, int2_us, bf16_us, bf16_kernel, speedup, int2_bytes_read, int2_GBps, copy_GBps, ...
+Usage: python benchmarks/decode_attention.py --out $OUT/decode_attention_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import platform
+import statistics
+import sys
+import traceback
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
+from aphrodite_int2kv.int2.format import SlotLayout  # noqa: E402
+from aphrodite_int2kv.kernels.decode import int2_decode, pick_num_splits  # noqa: E402
+
+
+def log(*a):
+    print(*a, flush=True)
+
+
+class Timer:
+    def __init__(self, flush_bytes=256 << 20):
+        self.flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
+
+    def median_us(self, fn, iters=20, warmup=3):
+        for _ in range(warmup):
+            fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(iters):
+            self.flush.zero_()
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            fn()
+            e.record()
+            e.synchronize()
+            times.append(s.elapsed_time(e) * 1000.0)
+        return statistics.median(times)
+
+
+def copy_bandwidth(timer, nbytes=4 << 30):
+    a = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    us = timer.median_us(lambda: b.copy_(a), iters=10)
+    del a, b
+    return 2 * nbytes / us / 1e3  # GB/s, bytes read + written
+
+
+def random_int2_cache(layout, num_blocks, block_size, hkv):
+    cache = torch.randint(0, 256, (num_blocks, block_size, hkv, layout.slot_bytes),
+                          dtype=torch.uint8, device="cuda")
+    meta = cache[..., layout.k_scale:layout.used_bytes].view(torch.float16)
+    ng = layout.num_groups
+    meta[..., 0 * ng:1 * ng].uniform_(0.05, 0.3)    # K scale
+    meta[..., 1 * ng:2 * ng].uniform_(-0.5, -0.2)   # K zero
+    meta[..., 2 * ng:3 * ng].uniform_(0.05, 0.3)    # V scale
+    meta[..., 3 * ng:4 * ng].uniform_(-0.5, -0.2)   # V zero
+    return cache
+
+
+def bench_bf16_sdpa(timer, q, k, v, scale):
+    """q [B, Hq, D]; k/v [B, Hkv, S, D] contiguous. Returns {kernel: us}."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    B, Hq, D = q.shape
+    Hkv = k.shape[1]
+    qf = q.view(B, Hkv, Hq // Hkv, D)
+    out = {}
+    for name, be in (("sdpa-flash", SDPBackend.FLASH_ATTENTION), ("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
+                     ("sdpa-efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        try:
+            with sdpa_kernel([be]):
+                fn = lambda: F.scaled_dot_product_attention(qf, k, v, scale=scale)  # noqa: E731
+                fn()
+                out[name] = timer.median_us(fn)
+        except Exception as exc:  # a backend may refuse a shape
+            log(f"    {name}: {str(exc).splitlines()[0][:100]}")
+    return out
+
+
+def bench_aphrodite_triton(timer, q, k, v, block_size, scale):
+    try:
+        from aphrodite.v1.attention.ops.triton_decode_attention import decode_attention_fwd
+    except Exception as exc:
+        log(f"    aphrodite-triton unavailable: {exc}")
+        return {}
+    B, Hq, D = q.shape
+    Hkv, S = k.shape[1], k.shape[2]
+    pages = S // block_size
+    kp = k.permute(0, 2, 1, 3).reshape(B * pages, block_size, Hkv, D)   # paged, token-major
+    vp = v.permute(0, 2, 1, 3).reshape(B * pages, block_size, Hkv, D)
+    table = torch.arange(B * pages, dtype=torch.int32, device="cuda").view(B, pages)
+    seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
+    splits = pick_num_splits(B, Hkv, S)
+    o = torch.empty_like(q)
+    lse = torch.empty(B, Hq, dtype=torch.float32, device="cuda")
+    logits = torch.empty(B, Hq, splits, D + 1, dtype=torch.float32, device="cuda")
+    fn = lambda: decode_attention_fwd(q, kp, vp, o, lse, table, seq, logits, splits, scale,  # noqa: E731
+                                      page_size=block_size)
+    try:
+        fn()
+        return {"aphrodite-triton": timer.median_us(fn)}
+    except Exception as exc:
+        log(f"    aphrodite-triton: {str(exc).splitlines()[0][:120]}")
+        return {}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--contexts", default="4096,32768,131072")
+    ap.add_argument("--batches", default="1,8,32,64")
+    ap.add_argument("--configs", default="32/4/128,16/2/256", help="Hq/Hkv/D,...")
+    ap.add_argument("--group-sizes", default="32,64")
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--block-n", type=int, default=64)
+    ap.add_argument("--max-bf16-bytes", type=float, default=40e9)
+    ap.add_argument("--out", default="decode_attention_h200.json")
+    args = ap.parse_args()
+
+    timer = Timer()
+    copy_gbps = copy_bandwidth(timer)
+    props = torch.cuda.get_device_properties(0)
+    env = {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
+           "triton": __import__("triton").__version__, "date": datetime.date.today().isoformat(),
+           "python": platform.python_version(), "command": " ".join(sys.argv)}
+    log(f"{env}\ncopy bandwidth {copy_gbps:.0f} GB/s")
+    rows = []
+    for cfg in args.configs.split(","):
+        Hq, Hkv, D = map(int, cfg.split("/"))
+        scale = D ** -0.5
+        for S in map(int, args.contexts.split(",")):
+            for B in map(int, args.batches.split(",")):
+                bf16 = {}
+                if 2 * B * Hkv * S * D * 2 <= args.max_bf16_bytes:
+                    q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+                    k = torch.randn(B, Hkv, S, D, device="cuda", dtype=torch.bfloat16)
+                    v = torch.randn_like(k)
+                    bf16.update(bench_bf16_sdpa(timer, q, k, v, scale))
+                    bf16.update(bench_aphrodite_triton(timer, q, k, v, args.block_size, scale))
+                    del k, v
+                    torch.cuda.empty_cache()
+                best = min(bf16, key=bf16.get) if bf16 else None
+                for G in map(int, args.group_sizes.split(",")):
+                    if D % G:
+                        continue
+                    L = SlotLayout(D, G)
+                    blocks = B * math.ceil(S / args.block_size)
+                    cache = random_int2_cache(L, blocks, args.block_size, Hkv)
+                    table = torch.randperm(blocks, device="cuda").int().view(B, -1)
+                    seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
+                    q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+                    splits = pick_num_splits(B, Hkv, S, props.multi_processor_count)
+                    out = torch.empty_like(q)
+                    ws = (torch.empty(B * Hq * splits * D, device="cuda"), torch.empty(B * Hq * splits, device="cuda"))
+                    fn = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
+                                             workspace=ws, block_n=args.block_n)
+                    try:
+                        int2_us = timer.median_us(fn, iters=args.iters)
+                    except Exception:
+                        traceback.print_exc()
+                        int2_us = float("nan")
+                    nbytes = B * S * Hkv * L.slot_bytes
+                    row = dict(context_len=S, batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D,
+                               group_size=G, block_size=args.block_size, num_splits=splits,
+                               int2_us=round(int2_us, 2),
+                               bf16_us=round(bf16[best], 2) if best else None, bf16_kernel=best,
+                               bf16_all_us={k: round(v, 2) for k, v in bf16.items()},
+                               speedup=round(bf16[best] / int2_us, 3) if best else None,
+                               int2_bytes_read=nbytes, int2_GBps=round(nbytes / int2_us / 1e3, 1),
+                               copy_GBps=round(copy_gbps, 1),
+                               frac_copy=round(nbytes / int2_us / 1e3 / copy_gbps, 3), **{"env": env})
+                    rows.append(row)
+                    log(f"Hq{Hq}/kv{Hkv}/D{D} S={S:>6} B={B:>2} G={G:>3}: int2 {int2_us:8.1f} us "
+                        f"({row['int2_GBps']:6.0f} GB/s, {row['frac_copy']:.0%} of copy)  "
+                        f"bf16 {row['bf16_us']} us [{best}]  speedup {row['speedup']}")
+                    del cache
+                    torch.cuda.empty_cache()
+                with open(args.out, "w") as f:
+                    json.dump(rows, f, indent=1)
+    log(f"wrote {len(rows)} rows to {args.out}")
+
+
+if __name__ == "__main__":
+    main()

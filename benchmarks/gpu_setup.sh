@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Source this on the H200 machine from the repo root (the .gpu-bundle/ built by
+# ../shared/gpu/make_bundle.sh must travel with the tree): installs aphrodite 0.21.0, its
+# missing runtime deps and this plugin (with its entry point) into /tmp/site.
+SITE=/tmp/site
+if [ ! -d "$SITE/aphrodite" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .gpu-bundle/whl/*.whl
+  tar xJf .gpu-bundle/aphrodite.tar.xz -C $SITE
+fi
+python3 -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --target $SITE . 2>&1 | grep -v -e WARNING -e '^ ' || true
+export PYTHONPATH=$SITE APHRODITE_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+export PATH=$SITE/bin:$PATH
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c "import torch, triton, aphrodite, aphrodite_int2kv; print('torch', torch.__version__, 'triton', triton.__version__, 'aphrodite', aphrodite.__version__, 'plugin', aphrodite_int2kv.__version__)"
