@@ -105,6 +105,9 @@ def bench_aphrodite_triton(timer, q, k, v, block_size, scale):
         return {}
     B, Hq, D = q.shape
     Hkv, S = k.shape[1], k.shape[2]
+    if B * S * Hkv * D >= 2 ** 31:
+        log("    aphrodite-triton skipped: its int32 cache offsets overflow at this size")
+        return {}
     pages = S // block_size
     kp = k.permute(0, 2, 1, 3).reshape(B * pages, block_size, Hkv, D)   # paged, token-major
     vp = v.permute(0, 2, 1, 3).reshape(B * pages, block_size, Hkv, D)
@@ -124,6 +127,37 @@ def bench_aphrodite_triton(timer, q, k, v, block_size, scale):
         return {}
 
 
+def tune(timer, props, args):
+    """Print int2 decode time for block_n x num_warps on a few shapes (choose defaults from it)."""
+    for Hq, Hkv, D, S, B, G in [(32, 4, 128, 32768, 8, 32), (32, 4, 128, 32768, 64, 32),
+                                (16, 2, 256, 32768, 32, 64), (32, 4, 128, 131072, 1, 32)]:
+        L = SlotLayout(D, G)
+        blocks = B * math.ceil(S / 16)
+        cache = random_int2_cache(L, blocks, 16, Hkv)
+        table = torch.randperm(blocks, device="cuda").int().view(B, -1)
+        seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
+        q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+        for splits_mult in (1, 2):
+            splits = min(64, pick_num_splits(B, Hkv, S, props.multi_processor_count) * splits_mult)
+            res = []
+            for bn in (32, 64, 128):
+                for nw in (2, 4, 8):
+                    try:
+                        us = timer.median_us(lambda: int2_decode(q, cache, table, seq, L, D ** -0.5, splits,
+                                                                 block_n=bn, num_warps=nw), iters=10)
+                    except Exception as exc:
+                        us = float("nan")
+                        log(f"    bn={bn} nw={nw}: {str(exc).splitlines()[0][:80]}")
+                    res.append((us, bn, nw))
+            nbytes = B * S * Hkv * L.slot_bytes
+            best = min(r for r in res if r[0] == r[0])
+            log(f"tune Hq{Hq}/kv{Hkv}/D{D} S={S} B={B} G={G} splits={splits}: " +
+                " ".join(f"{bn}/{nw}:{us:.0f}" for us, bn, nw in res) +
+                f"  best {best[1]}/{best[2]} {best[0]:.0f} us = {nbytes / best[0] / 1e3:.0f} GB/s")
+        del cache
+        torch.cuda.empty_cache()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--contexts", default="4096,32768,131072")
@@ -134,6 +168,8 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--block-n", type=int, default=64)
     ap.add_argument("--max-bf16-bytes", type=float, default=40e9)
+    ap.add_argument("--num-warps", type=int, default=4)
+    ap.add_argument("--tune", action="store_true", help="sweep block_n x num_warps on a few shapes first")
     ap.add_argument("--out", default="decode_attention_h200.json")
     args = ap.parse_args()
 
@@ -144,6 +180,8 @@ def main():
            "triton": __import__("triton").__version__, "date": datetime.date.today().isoformat(),
            "python": platform.python_version(), "command": " ".join(sys.argv)}
     log(f"{env}\ncopy bandwidth {copy_gbps:.0f} GB/s")
+    if args.tune:
+        tune(timer, props, args)
     rows = []
     for cfg in args.configs.split(","):
         Hq, Hkv, D = map(int, cfg.split("/"))
@@ -173,7 +211,8 @@ def main():
                     out = torch.empty_like(q)
                     ws = (torch.empty(B * Hq * splits * D, device="cuda"), torch.empty(B * Hq * splits, device="cuda"))
                     fn = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
-                                             workspace=ws, block_n=args.block_n)
+                                             workspace=ws, block_n=args.block_n,
+                                             num_warps=args.num_warps)
                     try:
                         int2_us = timer.median_us(fn, iters=args.iters)
                     except Exception:

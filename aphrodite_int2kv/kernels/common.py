@@ -15,54 +15,84 @@ LOG2E = 1.4426950408889634
 
 
 @triton.jit
-def code_levels(c, LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr,
-                L2: tl.constexpr, L3: tl.constexpr):
-    """int codes 0..3 -> fp32 reconstruction levels (uniform: the code itself)."""
-    if LLOYD:
-        return tl.where(c == 0, L0, tl.where(c == 1, L1, tl.where(c == 2, L2, L3)))
+def column(tile, g: tl.constexpr, NG: tl.constexpr, N: tl.constexpr):
+    """Column g of a [N, NG] tile (NG in 1, 2, 4, 8) by splitting the last dim: no data movement
+    when a token's NG values sit in one thread, which their contiguous load arranges."""
+    if NG == 1:
+        return tl.reshape(tile, [N])
+    elif NG == 2:
+        a, b = tl.split(tile)
+        return a if g == 0 else b
+    elif NG == 4:
+        a, b = tl.split(tl.reshape(tile, [N, 2, 2]))
+        c, d = tl.split(a if g % 2 == 0 else b)
+        return c if g // 2 == 0 else d
     else:
-        return c.to(tl.float32)
+        a, b = tl.split(tl.reshape(tile, [N, 4, 2]))
+        c, d = tl.split(tl.reshape(a if g % 2 == 0 else b, [N, 2, 2]))
+        e, f = tl.split(c if (g // 2) % 2 == 0 else d)
+        return e if g // 4 == 0 else f
 
 
 @triton.jit
-def plane_scores(scores, q_p, kbytes_t, P: tl.constexpr, meta_f16, nmask,
-                 W: tl.constexpr, G: tl.constexpr, SEG: tl.constexpr,
-                 OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
-                 LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr,
-                 L3: tl.constexpr, DOT: tl.constexpr):
-    """scores [M, N] += q_p [M, W] . dequant(plane P of kbytes_t [W, N]).
+def load_meta(meta_f16, nmask, OFF: tl.constexpr, NG: tl.constexpr):
+    """The NG fp16 values at byte offset OFF of each token's slot -> fp32 [N, NG] (one vector
+    load per token instead of NG scattered ones)."""
+    return tl.load(meta_f16[:, None] + (OFF // 2 + tl.arange(0, NG))[None, :],
+                   mask=nmask[:, None], other=0.0).to(tl.float32)
 
-    meta_f16: fp16 pointers [N] to each token's slot start (scale/zero live at OFF_KS/OFF_KZ bytes).
-    """
-    kc = code_levels((kbytes_t >> (2 * P)) & 3, LLOYD, L0, L1, L2, L3).to(DOT)
+
+@triton.jit
+def plane_codes(packed, P: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr,
+                L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr):
+    """Plane P of packed uint8 codes as dot operands. Uniform: the masked bits as they sit,
+    i.e. code * 4**P (one AND and one convert per element; callers divide the scale by 4**P).
+    Lloyd-Max: the reconstruction level."""
+    if LLOYD:
+        c = (packed >> (2 * P)) & 3
+        return tl.where(c == 0, L0, tl.where(c == 1, L1, tl.where(c == 2, L2, L3))).to(DOT)
+    else:
+        return (packed & (3 << (2 * P))).to(DOT)
+
+
+@triton.jit
+def plane_scores(scores, q_p, q_p_sum, kbytes_t, P: tl.constexpr, k_scale, k_zero,
+                 N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+                 SEG: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr,
+                 L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr):
+    """scores [M, N] += q_p [M, W] . dequant(plane P of kbytes_t [W, N]).
+    k_scale/k_zero: [N, NG] fp32 tiles; q_p_sum: row sums of q_p (used when a plane is one segment)."""
+    kc = plane_codes(kbytes_t, P, LLOYD, L0, L1, L2, L3, DOT)
+    UNIT: tl.constexpr = 1.0 if LLOYD else 1.0 / (4 ** P)
     cols = tl.arange(0, W)
     for s in tl.static_range(W // SEG):
         g: tl.constexpr = (P * W + s * SEG) // G
         if W // SEG == 1:
             q_s = q_p
+            q_sum = q_p_sum
         else:
             q_s = tl.where(((cols >= s * SEG) & (cols < (s + 1) * SEG))[None, :], q_p, 0.0)
+            q_sum = tl.sum(q_s, axis=1)
         part = tl.dot(q_s.to(DOT), kc)
-        k_scale = tl.load(meta_f16 + (OFF_KS // 2 + g), mask=nmask, other=0.0).to(tl.float32)
-        k_zero = tl.load(meta_f16 + (OFF_KZ // 2 + g), mask=nmask, other=0.0).to(tl.float32)
-        scores += part * k_scale[None, :] + tl.sum(q_s, axis=1)[:, None] * k_zero[None, :]
+        scale = column(k_scale, g, NG, N) * UNIT
+        scores += part * scale[None, :] + q_sum[:, None] * column(k_zero, g, NG, N)[None, :]
     return scores
 
 
 @triton.jit
-def plane_values(acc_p, p, vbytes, P: tl.constexpr, meta_f16, nmask,
-                 W: tl.constexpr, G: tl.constexpr, SEG: tl.constexpr,
-                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-                 LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr,
-                 L3: tl.constexpr, DOT: tl.constexpr):
+def plane_values(acc_p, p, vbytes, P: tl.constexpr, v_scale, v_zero,
+                 N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+                 SEG: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr,
+                 L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr):
     """acc_p [M, W] += p [M, N] . dequant(plane P of vbytes [N, W])."""
-    vc = code_levels((vbytes >> (2 * P)) & 3, LLOYD, L0, L1, L2, L3).to(DOT)
+    vc = plane_codes(vbytes, P, LLOYD, L0, L1, L2, L3, DOT)
+    UNIT: tl.constexpr = 1.0 if LLOYD else 1.0 / (4 ** P)
     cols = tl.arange(0, W)
     for s in tl.static_range(W // SEG):
         g: tl.constexpr = (P * W + s * SEG) // G
-        v_scale = tl.load(meta_f16 + (OFF_VS // 2 + g), mask=nmask, other=0.0).to(tl.float32)
-        v_zero = tl.load(meta_f16 + (OFF_VZ // 2 + g), mask=nmask, other=0.0).to(tl.float32)
-        part = tl.dot((p * v_scale[None, :]).to(DOT), vc) + tl.sum(p * v_zero[None, :], axis=1)[:, None]
+        scale = column(v_scale, g, NG, N) * UNIT
+        zero = column(v_zero, g, NG, N)
+        part = tl.dot((p * scale[None, :]).to(DOT), vc) + tl.sum(p * zero[None, :], axis=1)[:, None]
         if W // SEG == 1:
             acc_p += part
         else:

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels import interpreting
-from aphrodite_int2kv.kernels.common import LOG2E, plane_scores, plane_values
+from aphrodite_int2kv.kernels.common import LOG2E, load_meta, plane_scores, plane_values
 
 
 @triton.jit
@@ -46,6 +46,7 @@ def _int2_decode_split_kernel(
 ):
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
+    NG: tl.constexpr = D // G
     batch = tl.program_id(0)
     split = tl.program_id(2)
     if UPSTREAM_HEAD_MAP:
@@ -72,6 +73,7 @@ def _int2_decode_split_kernel(
     q1 = tl.load(q_rows + 1 * W, mask=hmask[:, None], other=0.0).to(tl.float32)
     q2 = tl.load(q_rows + 2 * W, mask=hmask[:, None], other=0.0).to(tl.float32)
     q3 = tl.load(q_rows + 3 * W, mask=hmask[:, None], other=0.0).to(tl.float32)
+    qs0, qs1, qs2, qs3 = tl.sum(q0, axis=1), tl.sum(q1, axis=1), tl.sum(q2, axis=1), tl.sum(q3, axis=1)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -86,13 +88,15 @@ def _int2_decode_split_kernel(
         page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
         meta = cache_f16 + slot // 2                      # slots are 16-byte aligned
-        kbytes_t = tl.load(cache_u8 + slot[None, :] + cols[:, None], mask=nmask[None, :], other=0).to(tl.int32)
+        kbytes_t = tl.load(cache_u8 + slot[None, :] + cols[:, None], mask=nmask[None, :], other=0)
 
+        k_scale = load_meta(meta, nmask, OFF_KS, NG)
+        k_zero = load_meta(meta, nmask, OFF_KZ, NG)
         s = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
-        s = plane_scores(s, q0, kbytes_t, 0, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q1, kbytes_t, 1, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q2, kbytes_t, 2, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q3, kbytes_t, 3, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q0, qs0, kbytes_t, 0, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q1, qs1, kbytes_t, 1, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q2, qs2, kbytes_t, 2, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q3, qs3, kbytes_t, 3, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
         s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
 
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -101,11 +105,13 @@ def _int2_decode_split_kernel(
         l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
 
-        vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0).to(tl.int32)
-        acc0 = plane_values(acc0 * alpha[:, None], p, vbytes, 0, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
-        acc1 = plane_values(acc1 * alpha[:, None], p, vbytes, 1, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
-        acc2 = plane_values(acc2 * alpha[:, None], p, vbytes, 2, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
-        acc3 = plane_values(acc3 * alpha[:, None], p, vbytes, 3, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+        v_scale = load_meta(meta, nmask, OFF_VS, NG)
+        v_zero = load_meta(meta, nmask, OFF_VZ, NG)
+        vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
+        acc0 = plane_values(acc0 * alpha[:, None], p, vbytes, 0, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        acc1 = plane_values(acc1 * alpha[:, None], p, vbytes, 1, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        acc2 = plane_values(acc2 * alpha[:, None], p, vbytes, 2, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        acc3 = plane_values(acc3 * alpha[:, None], p, vbytes, 3, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
 
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
@@ -163,7 +169,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 seq_lens: torch.Tensor, layout: SlotLayout, sm_scale: float, num_splits: int,
                 out: torch.Tensor | None = None, lloyd_max: bool = False,
                 workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
-                block_n: int = 64, _upstream_head_map: bool = False) -> torch.Tensor:
+                block_n: int = 64, num_warps: int = 4, _upstream_head_map: bool = False) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -201,7 +207,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
         OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
         LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
-        DOT=dot_dtype(q_rot.dtype), UPSTREAM_HEAD_MAP=_upstream_head_map, num_warps=4,
+        DOT=dot_dtype(q_rot.dtype), UPSTREAM_HEAD_MAP=_upstream_head_map, num_warps=num_warps,
     )
     _int2_decode_merge_kernel[(B, Hq)](
         part_out, part_lse, out, out.stride(0), out.stride(1),

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
-from aphrodite_int2kv.kernels.common import LOG2E, plane_scores, plane_values
+from aphrodite_int2kv.kernels.common import LOG2E, load_meta, plane_scores, plane_values
 from aphrodite_int2kv.kernels.decode import dot_dtype
 
 
@@ -35,6 +35,7 @@ def _int2_prefill_kernel(
 ):
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
+    NG: tl.constexpr = D // G
     q_block = tl.program_id(0)
     q_head = tl.program_id(1)
     batch = tl.program_id(2)
@@ -54,6 +55,7 @@ def _int2_prefill_kernel(
     q1 = tl.load(q_rows + 1 * W, mask=rmask[:, None], other=0.0).to(tl.float32)
     q2 = tl.load(q_rows + 2 * W, mask=rmask[:, None], other=0.0).to(tl.float32)
     q3 = tl.load(q_rows + 3 * W, mask=rmask[:, None], other=0.0).to(tl.float32)
+    qs0, qs1, qs2, qs3 = tl.sum(q0, axis=1), tl.sum(q1, axis=1), tl.sum(q2, axis=1), tl.sum(q3, axis=1)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -69,23 +71,27 @@ def _int2_prefill_kernel(
         page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
         meta = cache_f16 + slot // 2
-        kbytes_t = tl.load(cache_u8 + slot[None, :] + cols[:, None], mask=nmask[None, :], other=0).to(tl.int32)
+        kbytes_t = tl.load(cache_u8 + slot[None, :] + cols[:, None], mask=nmask[None, :], other=0)
+        k_scale = load_meta(meta, nmask, OFF_KS, NG)
+        k_zero = load_meta(meta, nmask, OFF_KZ, NG)
         s = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        s = plane_scores(s, q0, kbytes_t, 0, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q1, kbytes_t, 1, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q2, kbytes_t, 2, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q3, kbytes_t, 3, meta, nmask, W, G, SEG, OFF_KS, OFF_KZ, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q0, qs0, kbytes_t, 0, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q1, qs1, kbytes_t, 1, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q2, qs2, kbytes_t, 2, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q3, qs3, kbytes_t, 3, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
         s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp2(m_i - m_new)
         p = tl.exp2(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         m_i = m_new
-        vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0).to(tl.int32)
-        acc0 = plane_values(acc0 * alpha[:, None], p, vbytes, 0, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
-        acc1 = plane_values(acc1 * alpha[:, None], p, vbytes, 1, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
-        acc2 = plane_values(acc2 * alpha[:, None], p, vbytes, 2, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
-        acc3 = plane_values(acc3 * alpha[:, None], p, vbytes, 3, meta, nmask, W, G, SEG, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+        v_scale = load_meta(meta, nmask, OFF_VS, NG)
+        v_zero = load_meta(meta, nmask, OFF_VZ, NG)
+        vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
+        acc0 = plane_values(acc0 * alpha[:, None], p, vbytes, 0, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        acc1 = plane_values(acc1 * alpha[:, None], p, vbytes, 1, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        acc2 = plane_values(acc2 * alpha[:, None], p, vbytes, 2, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        acc3 = plane_values(acc3 * alpha[:, None], p, vbytes, 3, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
 
     # Phase 2: the chunk itself in full precision, causal (chunk key j visible to row i if j <= i).
     chunk_end = tl.minimum(q_len, (q_block + 1) * BLOCK_M)

@@ -12,7 +12,7 @@ import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_THRESHOLDS, SlotLayout
 
-FP16_MAX = 65504.0
+FP16_MAX = tl.constexpr(65504.0)  # a constexpr: kernels may only read constexpr globals
 
 
 @triton.jit
