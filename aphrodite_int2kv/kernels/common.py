@@ -56,17 +56,19 @@ def plane_codes(packed, P: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr, 
 
 
 @triton.jit
-def plane_scores(scores, q_p, q_p_sum, kbytes_t, P: tl.constexpr, k_scale, k_zero,
+def plane_scores(scores, q_p, q_p_sum, kbytes, P: tl.constexpr, k_scale, k_zero,
                  N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                  SEG: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr,
                  L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr):
-    """scores [M, N] += q_p [M, W] . dequant(plane P of kbytes_t [W, N]).
+    """scores [M, N] += q_p [M, W] . dequant(plane P of kbytes [N, W])^T.
     k_scale/k_zero: [N, NG] fp32 tiles; q_p_sum: row sums of q_p (used when a plane is one segment)."""
-    kc = plane_codes(kbytes_t, P, LLOYD, L0, L1, L2, L3, DOT)
+    # K bytes are loaded token-major ([N, W], each token's bytes contiguous: wide vector loads)
+    # and transposed in registers for the dot.
+    kc = tl.trans(plane_codes(kbytes, P, LLOYD, L0, L1, L2, L3, DOT))
     UNIT: tl.constexpr = 1.0 if LLOYD else 1.0 / (4 ** P)
     cols = tl.arange(0, W)
     for s in tl.static_range(W // SEG):
-        g: tl.constexpr = (P * W + s * SEG) // G
+        g = (P * W + s * SEG) // G
         if W // SEG == 1:
             q_s = q_p
             q_sum = q_p_sum
@@ -89,7 +91,7 @@ def plane_values(acc_p, p, vbytes, P: tl.constexpr, v_scale, v_zero,
     UNIT: tl.constexpr = 1.0 if LLOYD else 1.0 / (4 ** P)
     cols = tl.arange(0, W)
     for s in tl.static_range(W // SEG):
-        g: tl.constexpr = (P * W + s * SEG) // G
+        g = (P * W + s * SEG) // G
         scale = column(v_scale, g, NG, N) * UNIT
         zero = column(v_zero, g, NG, N)
         part = tl.dot((p * scale[None, :]).to(DOT), vc) + tl.sum(p * zero[None, :], axis=1)[:, None]

@@ -88,15 +88,15 @@ def _int2_decode_split_kernel(
         page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
         meta = cache_f16 + slot // 2                      # slots are 16-byte aligned
-        kbytes_t = tl.load(cache_u8 + slot[None, :] + cols[:, None], mask=nmask[None, :], other=0)
+        kbytes = tl.load(cache_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
 
         k_scale = load_meta(meta, nmask, OFF_KS, NG)
         k_zero = load_meta(meta, nmask, OFF_KZ, NG)
         s = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
-        s = plane_scores(s, q0, qs0, kbytes_t, 0, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q1, qs1, kbytes_t, 1, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q2, qs2, kbytes_t, 2, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q3, qs3, kbytes_t, 3, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q0, qs0, kbytes, 0, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q1, qs1, kbytes, 1, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q2, qs2, kbytes, 2, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        s = plane_scores(s, q3, qs3, kbytes, 3, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
         s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
 
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
