@@ -7,6 +7,10 @@ if [ ! -d "$SITE/aphrodite" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .gpu-bundle/whl/*.whl
   tar xJf .gpu-bundle/aphrodite.tar.xz -C $SITE
 fi
+# extra wheels the EXL3 path needs (compressed-tensors for aphrodite's quantization registry)
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target $SITE .whl/*.whl
+fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --upgrade --target $SITE . 2>&1 | grep -v -e WARNING -e '^ ' || true
 export PYTHONPATH=$SITE APHRODITE_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 export PATH=$SITE/bin:$PATH
