@@ -28,6 +28,7 @@ SENTINEL = "__aphrodite_int2kv_patch__"
 PATCH_MODULES = (
     "aphrodite_int2kv.patches.exl3_shard_ids",   # PR #1711
     "aphrodite_int2kv.patches.lora_device",      # PR #1712
+    "aphrodite_int2kv.patches.int2_kv_cache",    # the int2 dtype (no upstream PR)
 )
 
 

@@ -1,0 +1,227 @@
+"""The int2 attention backend (registered in aphrodite's CUSTOM slot, selected for int2 layers).
+
+Store: `do_kv_cache_update` rotates the new tokens' K/V and runs the store kernel.
+Forward: decodes first (reorder threshold 1), split-KV grouped decode kernel; then prefills and
+chunked-prefill continuations with the prefill kernel (int2 prefix + full-precision chunk).
+Queries are rotated into K's basis before the kernels, outputs rotated back out of V's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import ClassVar
+
+import torch
+
+from aphrodite.v1.attention.backend import (AttentionBackend, AttentionCGSupport, AttentionImpl,
+                                            AttentionMetadata, AttentionMetadataBuilder,
+                                            AttentionType, MultipleOf)
+from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
+
+from aphrodite_int2kv.engine.options import Int2Options
+from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout
+from aphrodite_int2kv.int2.reference import rotate, unrotate_output
+from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
+from aphrodite_int2kv.kernels.decode import int2_decode
+from aphrodite_int2kv.kernels.prefill import int2_prefill
+from aphrodite_int2kv.kernels.store import int2_store
+
+INT2 = "int2"
+# Fixed split count for decode so CUDA-graph capture and replay launch the same grid.
+DECODE_SPLITS = 16
+
+
+def options() -> Int2Options:
+    return Int2Options.from_env()
+
+
+def slot_bytes_for(head_size: int) -> int:
+    return SlotLayout(head_size, options().group_size).slot_bytes
+
+
+class Int2AttentionBackend(AttentionBackend):
+    accept_output_buffer: bool = True
+    forward_includes_kv_cache_update: bool = False
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.float16, torch.bfloat16]
+    supported_kv_cache_dtypes: ClassVar[list[str]] = [INT2]
+
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"  # Attention.__init__ looks the name up in AttentionBackendEnum
+
+    @staticmethod
+    def get_impl_cls():
+        return Int2AttentionImpl
+
+    @staticmethod
+    def get_builder_cls():
+        return Int2MetadataBuilder
+
+    @staticmethod
+    def get_supported_kernel_block_sizes() -> list[int | MultipleOf]:
+        return [16, 32, 64, 128]
+
+    @classmethod
+    def supports_kv_cache_dtype(cls, kv_cache_dtype) -> bool:
+        return kv_cache_dtype == INT2
+
+    @classmethod
+    def get_supported_head_sizes(cls) -> list[int]:
+        return list(HEAD_DIMS)
+
+    @classmethod
+    def supports_attn_type(cls, attn_type: str) -> bool:
+        return attn_type == AttentionType.DECODER
+
+    # 0.21-0.23 (shape-based KV API): one uint8 slot per token and KV head.
+    @staticmethod
+    def get_kv_cache_shape(num_blocks, block_size, num_kv_heads, head_size, cache_dtype_str=INT2):
+        return (num_blocks, block_size, num_kv_heads, slot_bytes_for(head_size))
+
+    # 0.24+ (layout-based KV API).
+    @classmethod
+    def customize_spec(cls, spec):
+        if spec.state_content_bytes is not None or spec.dtype != torch.uint8:
+            return spec  # e.g. a bf16 skip-layer spec probed through this backend
+        return dataclasses.replace(spec, state_content_bytes=slot_bytes_for(spec.head_size))
+
+    @classmethod
+    def supported_kv_cache_layouts(cls):
+        from aphrodite.v1.kv_cache_layout import KVCacheLayout
+
+        return (KVCacheLayout.LBNHC,)
+
+
+@dataclasses.dataclass
+class Int2Metadata(AttentionMetadata):
+    seq_lens: torch.Tensor
+    slot_mapping: torch.Tensor
+    block_table: torch.Tensor
+    query_start_loc: torch.Tensor
+    num_actual_tokens: int
+    max_query_len: int
+    num_decodes: int
+    num_decode_tokens: int
+    num_prefills: int
+
+
+class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
+    # FULL CUDA graphs for pure one-token decode batches; prefills run piecewise.
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
+
+    def __init__(self, kv_cache_spec, layer_names, aphrodite_config, device):
+        super().__init__(kv_cache_spec, layer_names, aphrodite_config, device)
+        self._init_reorder_batch_threshold(1, supports_spec_as_decode=False)
+
+    def build_for_cudagraph_capture(self, common_attn_metadata):
+        meta = self.build(0, common_attn_metadata)
+        meta.seq_lens.fill_(1)  # replay fills the real lengths
+        return meta
+
+    def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
+        cam = common_attn_metadata
+        num_decodes, num_prefills, num_decode_tokens, _ = split_decodes_and_prefills(
+            cam, decode_threshold=self.reorder_batch_threshold)
+        return Int2Metadata(seq_lens=cam.seq_lens, slot_mapping=cam.slot_mapping,
+                            block_table=cam.block_table_tensor, query_start_loc=cam.query_start_loc,
+                            num_actual_tokens=cam.num_actual_tokens, max_query_len=cam.max_query_len,
+                            num_decodes=num_decodes, num_decode_tokens=num_decode_tokens,
+                            num_prefills=num_prefills)
+
+
+def _layer_index(layer) -> int | None:
+    name = getattr(layer, "layer_name", "") or ""
+    nums = [int(p) for p in name.split(".") if p.isdigit()]
+    return nums[0] if len(nums) == 1 else None
+
+
+class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
+    def __init__(self, num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window,
+                 kv_cache_dtype, logits_soft_cap=None, attn_type=AttentionType.DECODER,
+                 kv_sharing_target_layer_name=None, **extra):
+        reasons = []
+        if attn_type != AttentionType.DECODER:
+            reasons.append(f"attention type {attn_type} (only decoder self-attention)")
+        if sliding_window is not None:
+            reasons.append(f"sliding-window layers (window {sliding_window})")
+        if alibi_slopes is not None:
+            reasons.append("ALiBi")
+        if logits_soft_cap:
+            reasons.append("logits soft-capping")
+        if extra.get("sinks") is not None:
+            reasons.append("attention sinks")
+        if head_size not in HEAD_DIMS:
+            reasons.append(f"head size {head_size} (supported: {HEAD_DIMS})")
+        if reasons:
+            raise Int2ConfigError("--kv-cache-dtype int2 does not support " + "; ".join(reasons) +
+                                  ". Use another kv-cache dtype, or list these layers in "
+                                  "kv_cache_dtype_skip_layers.")
+        self.opts = options()
+        self.layout = SlotLayout(head_size, self.opts.group_size)
+        self.num_heads, self.num_kv_heads, self.head_size = num_heads, num_kv_heads, head_size
+        self.scale = float(scale)
+        self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self._rot = None  # (R_k, R_v) on the device, built on first use
+
+    # -- rotations ----------------------------------------------------------------------------
+    def _rotations(self, layer, device):
+        if self._rot is None:
+            mats = []
+            for source in (self.opts.k_rotation, self.opts.v_rotation):
+                if source == "hadamard":
+                    m = hadamard(self.head_size)
+                elif source == "none":
+                    m = torch.eye(self.head_size)
+                else:
+                    idx = _layer_index(layer)
+                    if idx is None:
+                        raise Int2ConfigError(f"int2 KV: cannot tell the layer index of "
+                                              f"{getattr(layer, 'layer_name', layer)!r} to pick its rotation")
+                    m = load_rotation_file(source, self.head_size, self.num_kv_heads, [idx])[idx]["rotation"]
+                mats.append(m.to(device))
+            self._rot = tuple(mats)
+        return self._rot
+
+    def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
+        if self.kv_sharing_target_layer_name is not None:
+            return
+        cache = self._cache_view(kv_cache)
+        n = slot_mapping.shape[0]
+        rk, rv = self._rotations(layer, key.device)
+        k = rotate(key[:n].view(n, self.num_kv_heads, self.head_size), rk).to(key.dtype).contiguous()
+        v = rotate(value[:n].view(n, self.num_kv_heads, self.head_size), rv).to(value.dtype).contiguous()
+        int2_store(k, v, slot_mapping, cache, self.layout, self.opts.k_clip, self.opts.v_clip, self.opts.lloyd_max)
+
+    def _cache_view(self, kv_cache):
+        # 0.21-0.23: [blocks, block_size, kv_heads, slot]; 0.24: [blocks, kv_heads, block_size, slot]
+        if kv_cache.shape[2] == self.num_kv_heads and kv_cache.shape[-1] == self.layout.slot_bytes:
+            return kv_cache
+        return kv_cache.transpose(1, 2)
+
+    def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None,
+                output_scale=None, output_block_scale=None):
+        assert output is not None
+        if output_scale is not None or output_block_scale is not None:
+            raise NotImplementedError("int2 KV: fused output quantization is not supported")
+        if attn_metadata is None:  # profiling run
+            return output.fill_(0)
+        m = attn_metadata
+        n = m.num_actual_tokens
+        cache = self._cache_view(kv_cache)
+        rk, rv = self._rotations(layer, query.device)
+        q = rotate(query[:n].view(n, self.num_heads, self.head_size), rk).to(query.dtype).contiguous()
+        out_rot = torch.empty_like(q)
+        nd = m.num_decode_tokens
+        if m.num_decodes:
+            int2_decode(q[:nd], cache, m.block_table[:m.num_decodes], m.seq_lens[:m.num_decodes],
+                        self.layout, self.scale, DECODE_SPLITS, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max)
+        if m.num_prefills:
+            k = rotate(key[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rk).to(query.dtype).contiguous()
+            v = rotate(value[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rv).to(query.dtype).contiguous()
+            qsl = m.query_start_loc[m.num_decodes:] - m.query_start_loc[m.num_decodes]
+            int2_prefill(q[nd:], k, v, cache, m.block_table[m.num_decodes:], qsl.to(torch.int32),
+                         m.seq_lens[m.num_decodes:], m.max_query_len, self.layout, self.scale,
+                         out=out_rot[nd:], lloyd_max=self.opts.lloyd_max)
+        out = unrotate_output(out_rot, rv, self.num_kv_heads)
+        output[:n].view(n, self.num_heads, self.head_size).copy_(out)
+        return output

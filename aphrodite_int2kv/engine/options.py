@@ -1,0 +1,78 @@
+"""int2 settings from the environment (the same in every engine process, since spawned engine
+cores and workers inherit it). Validated at start-up with errors that name the variable.
+
+| variable | default | meaning |
+|---|---|---|
+| APHRODITE_INT2KV_GROUP_SIZE | 32 | elements per scale/zero group: 32, 64, 128 or 256, dividing head_dim |
+| APHRODITE_INT2KV_K_ROTATION | hadamard | `hadamard`, `none`, or a rotation file (docs/format.md) |
+| APHRODITE_INT2KV_V_ROTATION | hadamard | same, for V |
+| APHRODITE_INT2KV_K_CLIP | 1.0 | clip ratio for K groups, in [0.5, 1.0] |
+| APHRODITE_INT2KV_V_CLIP | 1.0 | clip ratio for V groups |
+| APHRODITE_INT2KV_LLOYD_MAX | 0 | 1: 4-level Lloyd-Max levels instead of uniform min/max |
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+from aphrodite_int2kv.int2.format import GROUP_SIZES, Int2ConfigError
+from aphrodite_int2kv.int2.quantizer import check_options
+
+PREFIX = "APHRODITE_INT2KV_"
+
+
+@dataclasses.dataclass(frozen=True)
+class Int2Options:
+    group_size: int = 32
+    k_rotation: str = "hadamard"
+    v_rotation: str = "hadamard"
+    k_clip: float = 1.0
+    v_clip: float = 1.0
+    lloyd_max: bool = False
+
+    @classmethod
+    def from_env(cls, env=None) -> "Int2Options":
+        env = os.environ if env is None else env
+
+        def get(name, default, conv, what):
+            raw = env.get(PREFIX + name)
+            if raw is None or raw == "":
+                return default
+            try:
+                return conv(raw)
+            except ValueError:
+                raise Int2ConfigError(f"{PREFIX}{name}={raw!r} is not {what}") from None
+
+        def boolean(raw):
+            if raw.lower() in ("1", "true", "yes", "on"):
+                return True
+            if raw.lower() in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(raw)
+
+        opts = cls(
+            group_size=get("GROUP_SIZE", 32, int, f"an integer (one of {GROUP_SIZES})"),
+            k_rotation=get("K_ROTATION", "hadamard", str, "a rotation"),
+            v_rotation=get("V_ROTATION", "hadamard", str, "a rotation"),
+            k_clip=get("K_CLIP", 1.0, float, "a number"),
+            v_clip=get("V_CLIP", 1.0, float, "a number"),
+            lloyd_max=get("LLOYD_MAX", False, boolean, "0 or 1"),
+        )
+        opts.validate()
+        return opts
+
+    def validate(self) -> None:
+        if self.group_size not in GROUP_SIZES:
+            raise Int2ConfigError(f"{PREFIX}GROUP_SIZE={self.group_size} is not one of {GROUP_SIZES}")
+        check_options(self.k_clip, self.lloyd_max, f"{PREFIX}K_CLIP: ")
+        check_options(self.v_clip, self.lloyd_max, f"{PREFIX}V_CLIP: ")
+        for name, rot in (("K_ROTATION", self.k_rotation), ("V_ROTATION", self.v_rotation)):
+            if rot not in ("hadamard", "none") and not os.path.isfile(rot):
+                raise Int2ConfigError(f"{PREFIX}{name}={rot!r}: expected 'hadamard', 'none' or an "
+                                      f"existing rotation file (aphrodite-int2kv make-rotation)")
+
+    def describe(self) -> str:
+        quant = "Lloyd-Max" if self.lloyd_max else "uniform"
+        return (f"G={self.group_size} {quant} K-rot={self.k_rotation} V-rot={self.v_rotation} "
+                f"clip K/V={self.k_clip}/{self.v_clip}")

@@ -1,0 +1,193 @@
+"""The `int2` KV-cache dtype: accepted by the config and CLI, routed to our backend, sized right.
+
+Why:
+    aphrodite has no 2-bit KV cache. Its kv-cache dtype is a closed `Literal`, backend choice is a
+    fixed priority list, and its page-size arithmetic assumes whole bytes per element.
+How (each step probes before it changes anything; every wrapper carries the plugin's sentinel):
+    A. `CacheConfig.cache_dtype` Literal gains "int2" (field type + pydantic rebuild), the CLI
+       choices cache is cleared, the attention selector's own `CacheDType` name is rebound, and
+       `STR_DTYPE_TO_TORCH_DTYPE["int2"] = torch.uint8`.
+    B. `register_backend(CUSTOM, Int2AttentionBackend)` and `_get_backend_priorities` returns
+       `[CUSTOM]` for int2 layers (non-int2 layers keep upstream's list).
+    C. Shape-based KV API (0.21-0.23, detected by `TQFullAttentionSpec`): int2 layers report a
+       `TQFullAttentionSpec` whose slot size is the int2 slot; the layout-based API (0.24) asks
+       the backend's `customize_spec` instead and needs nothing here.
+    D. Hybrid (GDN/Mamba) page alignment on the shape-based API: `_align_hybrid_block_size` runs
+       upstream's algorithm with int2's real bytes per token, so the saving becomes capacity.
+Upstream PR:
+    none (a new feature of this plugin).
+Remove when:
+    never for A-C while the plugin provides int2; D when the oldest supported engine sizes
+    attention pages through the backend (0.24 does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from typing import Literal, get_args
+
+from aphrodite_int2kv.patches import APPLIED, FAILED, Outcome, is_ours, mark
+
+NAME = "int2-kv-cache-dtype"
+PR = None
+INT2 = "int2"
+BACKEND_PATH = "aphrodite_int2kv.engine.backend.Int2AttentionBackend"
+
+
+def _with_int2(lit):
+    args = get_args(lit)
+    return lit if INT2 in args else Literal[args + (INT2,)]
+
+
+def _dtype_literal() -> str:
+    import torch
+    from pydantic.dataclasses import rebuild_dataclass
+
+    import aphrodite.config.cache as cache_mod
+    import aphrodite.engine.arg_utils as arg_utils
+    import aphrodite.v1.attention.selector as selector
+    from aphrodite.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+
+    field = cache_mod.CacheConfig.__dataclass_fields__["cache_dtype"]
+    new = _with_int2(field.type)
+    if INT2 not in get_args(field.type):
+        field.type = new                                       # what pydantic and argparse read
+        cache_mod.CacheConfig.__annotations__["cache_dtype"] = new
+        cache_mod.CacheConfig.__pydantic_fields__["cache_dtype"].annotation = new
+        rebuild_dataclass(cache_mod.CacheConfig, force=True)
+    cache_mod.CacheDType = _with_int2(cache_mod.CacheDType)
+    selector.CacheDType = _with_int2(selector.CacheDType)    # its own name, used in an assert
+    arg_utils._compute_kwargs.cache_clear()                  # lru-cached argparse choices
+    arg_utils.EngineArgs.__dataclass_fields__["kv_cache_dtype"].type = new
+    STR_DTYPE_TO_TORCH_DTYPE.setdefault(INT2, torch.uint8)
+    cache_mod.CacheConfig(cache_dtype=INT2)                   # self-test: raises if not accepted
+    return "dtype"
+
+
+def _backend_selection() -> str:
+    from aphrodite.v1.attention.backends.registry import AttentionBackendEnum, register_backend
+
+    register_backend(AttentionBackendEnum.CUSTOM, BACKEND_PATH)
+    try:
+        import aphrodite.platforms.cuda as cuda_platform  # imports aphrodite._C (CUDA hosts)
+    except Exception as exc:  # CPU-only install: nothing to route
+        return f"backend (no CUDA platform: {type(exc).__name__})"
+    orig = cuda_platform._get_backend_priorities
+    if is_ours(orig):
+        return "backend"
+    sig = inspect.signature(orig)  # positional in 0.21-0.23, keyword-only in 0.24
+
+    @functools.wraps(orig)
+    def _get_backend_priorities(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        if bound.arguments.get("kv_cache_dtype") == INT2 and not bound.arguments.get("use_mla"):
+            return [AttentionBackendEnum.CUSTOM]
+        return orig(*args, **kwargs)
+
+    cuda_platform._get_backend_priorities = mark(_get_backend_priorities)
+    return "backend"
+
+
+def shape_based_kv_api() -> bool:
+    import aphrodite.v1.kv_cache_interface as kvi
+
+    return hasattr(kvi, "TQFullAttentionSpec")
+
+
+def _int2_spec(block_size, num_kv_heads, head_size, **extra):
+    from aphrodite.v1.kv_cache_interface import TQFullAttentionSpec
+    import torch
+
+    from aphrodite_int2kv.engine.backend import slot_bytes_for
+
+    extra.pop("dtype", None)
+    extra.pop("head_size_v", None)
+    return TQFullAttentionSpec(block_size=block_size, num_kv_heads=num_kv_heads, head_size=head_size,
+                               head_size_v=head_size, dtype=torch.uint8,
+                               tq_slot_size=slot_bytes_for(head_size))
+
+
+def _kv_spec() -> str:
+    from aphrodite.model_executor.layers.attention.attention import Attention
+
+    orig = Attention.get_kv_cache_spec
+    if is_ours(orig):
+        return "kv-spec"
+
+    @functools.wraps(orig)
+    def get_kv_cache_spec(self, aphrodite_config):
+        if self.kv_cache_dtype != INT2:
+            return orig(self, aphrodite_config)
+        if self.sliding_window is not None:
+            from aphrodite_int2kv.int2.format import Int2ConfigError
+
+            raise Int2ConfigError(f"int2 KV: layer {self.layer_name} uses a sliding window, which int2 "
+                                  f"does not support; add 'sliding_window' to kv_cache_dtype_skip_layers")
+        return _int2_spec(aphrodite_config.cache_config.block_size, self.num_kv_heads, self.head_size)
+
+    Attention.get_kv_cache_spec = mark(get_kv_cache_spec)
+    return "kv-spec"
+
+
+@contextlib.contextmanager
+def _attention_pages_sized_as_int2():
+    """Inside upstream's hybrid alignment, `FullAttentionSpec(dtype=uint8, ...)` is how it sizes
+    one token of attention; answer with int2's real slot bytes instead."""
+    import torch
+
+    import aphrodite.v1.kv_cache_interface as kvi
+
+    real = kvi.FullAttentionSpec
+
+    def sized(**kw):
+        if kw.get("dtype") == torch.uint8:
+            return _int2_spec(**kw)
+        return real(**kw)
+
+    kvi.FullAttentionSpec = sized
+    try:
+        yield
+    finally:
+        kvi.FullAttentionSpec = real
+
+
+def _hybrid_alignment() -> str:
+    from aphrodite.platforms.interface import Platform
+
+    orig = Platform.__dict__["_align_hybrid_block_size"].__func__
+    if is_ours(orig):
+        return "hybrid-pages"
+
+    @functools.wraps(orig)
+    def _align_hybrid_block_size(cls, aphrodite_config, backend_cls):
+        cache = aphrodite_config.cache_config
+        if cache.cache_dtype != INT2:
+            return orig(cls, aphrodite_config, backend_cls)
+        if cache.kv_cache_dtype_skip_layers:
+            from aphrodite_int2kv.int2.format import Int2ConfigError
+
+            raise Int2ConfigError("int2 KV on a hybrid (GDN/Mamba) model does not support "
+                                  "kv_cache_dtype_skip_layers yet: all attention layers must share "
+                                  "one page size; remove the skip list")
+        with _attention_pages_sized_as_int2():
+            return orig(cls, aphrodite_config, backend_cls)
+
+    Platform._align_hybrid_block_size = classmethod(mark(_align_hybrid_block_size))
+    return "hybrid-pages"
+
+
+def apply() -> Outcome:
+    done = []
+    try:
+        done.append(_dtype_literal())
+        done.append(_backend_selection())
+        if shape_based_kv_api():
+            done.append(_kv_spec())
+            done.append(_hybrid_alignment())
+        else:
+            done.append("kv-spec via customize_spec (layout-based API)")
+    except Exception as exc:
+        return Outcome(NAME, FAILED, f"after {done}: {type(exc).__name__}: {exc}", PR)
+    return Outcome(NAME, APPLIED, ", ".join(done), PR)

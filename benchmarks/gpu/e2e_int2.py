@@ -1,0 +1,47 @@
+#!/usr/bin/env python3
+"""int2 vs bf16 KV cache in the real engine on a tiny model (H200, aphrodite 0.21.0).
+
+  python3 benchmarks/gpu/e2e_int2.py --model DIR --label NAME [--kv auto|int2] [--graph] [--lm-only]
+
+Greedy-decodes fixed prompts, prints the engine's KV-capacity line and one
+`E2E_RESULT {json}` line (token ids included) so two runs can be compared.
+"""
+import argparse
+import json
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--label", required=True)
+    ap.add_argument("--kv", default="int2")
+    ap.add_argument("--graph", action="store_true")
+    ap.add_argument("--lm-only", action="store_true")
+    ap.add_argument("--max-tokens", type=int, default=24)
+    a = ap.parse_args()
+    from aphrodite import LLM, SamplingParams
+
+    kw = dict(model=a.model, tokenizer=a.model, dtype="bfloat16", max_model_len=2048,
+              gpu_memory_utilization=0.3, enforce_eager=not a.graph, seed=0,
+              kv_cache_dtype=a.kv, gdn_prefill_backend="triton")
+    if a.kv != "int2":
+        kw["attention_config"] = {"backend": "TRITON_ATTN"}
+    if a.lm_only:
+        kw["language_model_only"] = True
+    t0 = time.perf_counter()
+    llm = LLM(**kw)
+    init_s = time.perf_counter() - t0
+    prompts = ["The Zen of Python says", "Beautiful is better than ugly. Explicit is better than",
+               "Namespaces are one honking great idea", "Errors should never pass silently. " * 12]
+    sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=1)
+    outs = llm.generate(prompts, sp, use_tqdm=False)
+    res = {"label": a.label, "kv": a.kv, "graph": a.graph, "init_s": round(init_s, 1),
+           "tokens": [list(o.outputs[0].token_ids) for o in outs],
+           "logprobs": [[round(float(next(iter(lp.values())).logprob), 4) for lp in o.outputs[0].logprobs]
+                        for o in outs]}
+    print("E2E_RESULT " + json.dumps(res), flush=True)
+
+
+if __name__ == "__main__":
+    main()
