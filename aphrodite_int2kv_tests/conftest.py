@@ -59,10 +59,21 @@ def tp_group(engine, tmp_path_factory):
     return config
 
 
-def run_python(code: str, env_extra: dict | None = None, timeout: int = 300):
+# What the `engine` fixture does, for fresh interpreters (0.21.0 cannot infer the CPU device).
+CPU_PLATFORM = (
+    "import aphrodite.platforms as _platforms\n"
+    "if type(_platforms.current_platform).__name__ == 'UnspecifiedPlatform':\n"
+    "    from aphrodite.platforms.cpu import CpuPlatform\n"
+    "    _platforms._current_platform = CpuPlatform()\n"
+)
+
+
+def run_python(code: str, env_extra: dict | None = None, timeout: int = 300, cpu_platform=False):
     """Run code in a fresh interpreter of this venv (for what must start unpatched)."""
     import subprocess
 
     env = {**os.environ, **(env_extra or {})}
+    if cpu_platform and not torch.cuda.is_available():
+        code = CPU_PLATFORM + code
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=timeout)

@@ -1,0 +1,200 @@
+"""`int2` in the real engine's config, CLI, backend registry and KV sizing (CPU, both KV APIs)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from aphrodite_int2kv.engine.options import Int2Options
+from aphrodite_int2kv.int2.format import Int2ConfigError, SlotLayout
+from aphrodite_int2kv_tests.conftest import run_python
+
+
+@pytest.fixture(scope="module")
+def registered(engine):
+    import aphrodite_int2kv
+
+    states = {o.name: o.state for o in aphrodite_int2kv.register()}
+    assert states["int2-kv-cache-dtype"] == "applied", states
+    return engine
+
+
+def _dense_dir(tmp_path):
+    from transformers import Qwen3Config
+
+    Qwen3Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=128,
+                max_position_embeddings=4096).save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def test_cli_lists_and_parses_int2(engine):
+    code = (
+        "import argparse\n"
+        "from aphrodite.engine.arg_utils import AsyncEngineArgs\n"
+        "try:\n    from aphrodite.utils.argparse_utils import FlexibleArgumentParser\n"
+        "except ImportError:\n    from aphrodite.utils import FlexibleArgumentParser\n"
+        "p = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser())\n"   # loads plugins first
+        "act = next(a for a in p._actions if '--kv-cache-dtype' in a.option_strings)\n"
+        "print('CHOICES', sorted(act.choices))\n"
+        "print('PARSED', p.parse_args(['--kv-cache-dtype', 'int2']).kv_cache_dtype)\n"
+        "try:\n    p.parse_args(['--kv-cache-dtype', 'int3'])\nexcept SystemExit:\n    print('REJECTED int3')\n"
+    )
+    res = run_python(code, cpu_platform=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert "'int2'" in res.stdout.split("CHOICES", 1)[1].splitlines()[0]
+    assert "PARSED int2" in res.stdout and "REJECTED int3" in res.stdout
+
+
+def test_cache_config_accepts_int2_and_still_rejects_junk(registered):
+    from pydantic import ValidationError
+
+    from aphrodite.config.cache import CacheConfig
+
+    assert CacheConfig(cache_dtype="int2").cache_dtype == "int2"
+    with pytest.raises(ValidationError):
+        CacheConfig(cache_dtype="int3")
+
+
+def test_create_engine_config_with_int2_on_a_dense_model(registered, tmp_path):
+    from aphrodite.engine.arg_utils import EngineArgs
+
+    cfg = EngineArgs(model=_dense_dir(tmp_path), kv_cache_dtype="int2", max_model_len=1024,
+                     skip_tokenizer_init=True).create_engine_config()
+    assert cfg.cache_config.cache_dtype == "int2"
+    from aphrodite.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+
+    assert STR_DTYPE_TO_TORCH_DTYPE["int2"] is torch.uint8
+
+
+def test_custom_backend_slot_points_at_int2(registered):
+    from aphrodite.v1.attention.backends.registry import AttentionBackendEnum
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+
+    cls = AttentionBackendEnum.CUSTOM.get_class()
+    assert cls is Int2AttentionBackend
+    assert cls.supports_kv_cache_dtype("int2") and not cls.supports_kv_cache_dtype("auto")
+    assert AttentionBackendEnum[cls.get_name()] is AttentionBackendEnum.CUSTOM
+    # no built-in backend claims int2, so int2 layers can only land on ours
+    for name in ("TRITON_ATTN", "FLASH_ATTN"):
+        try:
+            other = AttentionBackendEnum[name].get_class()
+        except Exception:
+            continue
+        assert not other.supports_kv_cache_dtype("int2"), name
+
+
+@pytest.mark.parametrize("head_size,heads,G", [(128, 2, 32), (256, 4, 64), (64, 3, 32)])
+def test_kv_page_is_int2_bytes(registered, monkeypatch, head_size, heads, G):
+    monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", str(G))
+    slot = SlotLayout(head_size, G).slot_bytes
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+
+    if shape_based_kv_api():   # 0.21-0.23: the wrapped Attention.get_kv_cache_spec
+        from aphrodite.model_executor.layers.attention.attention import Attention
+
+        layer = type("L", (), dict(kv_cache_dtype="int2", num_kv_heads=heads, head_size=head_size,
+                                   sliding_window=None, layer_name="model.layers.3.self_attn.attn"))()
+        cfg = type("C", (), {"cache_config": type("CC", (), {"block_size": 16})()})()
+        spec = Attention.get_kv_cache_spec(layer, cfg)
+        assert Int2AttentionBackend.get_kv_cache_shape(7, 16, heads, head_size) == (7, 16, heads, slot)
+    else:                      # 0.24: the backend customizes the engine's own spec
+        from aphrodite.v1.kv_cache_interface import FullAttentionSpec
+
+        spec = Int2AttentionBackend.customize_spec(FullAttentionSpec(
+            block_size=16, num_kv_heads=heads, head_size=head_size, dtype=torch.uint8))
+        bf16 = FullAttentionSpec(block_size=16, num_kv_heads=heads, head_size=head_size, dtype=torch.bfloat16)
+        assert Int2AttentionBackend.customize_spec(bf16) is bf16   # skip layers stay bf16
+    assert spec.page_size_bytes == 16 * heads * slot
+    bf16_page = 16 * heads * head_size * 2 * 2
+    assert bf16_page / spec.page_size_bytes == pytest.approx(SlotLayout(head_size, G).ratio_vs())
+
+
+def test_sliding_window_layers_are_refused_with_the_fix(registered):
+    from aphrodite_int2kv.engine.backend import Int2AttentionImpl
+
+    with pytest.raises(Int2ConfigError, match="sliding-window layers .* kv_cache_dtype_skip_layers"):
+        Int2AttentionImpl(4, 128, 128 ** -0.5, 2, None, 256, "int2")
+    with pytest.raises(Int2ConfigError, match="head size 96"):
+        Int2AttentionImpl(4, 96, 96 ** -0.5, 2, None, None, "int2")
+    Int2AttentionImpl(4, 128, 128 ** -0.5, 2, None, None, "int2")  # the supported case builds
+
+
+@pytest.mark.parametrize("env,match", [
+    ({"APHRODITE_INT2KV_GROUP_SIZE": "48"}, "GROUP_SIZE=48 is not one of"),
+    ({"APHRODITE_INT2KV_GROUP_SIZE": "abc"}, "GROUP_SIZE='abc' is not an integer"),
+    ({"APHRODITE_INT2KV_K_CLIP": "1.7"}, "K_CLIP: clip ratio 1.7"),
+    ({"APHRODITE_INT2KV_LLOYD_MAX": "1", "APHRODITE_INT2KV_V_CLIP": "0.9"}, "Lloyd-Max"),
+    ({"APHRODITE_INT2KV_LLOYD_MAX": "maybe"}, "LLOYD_MAX='maybe' is not 0 or 1"),
+    ({"APHRODITE_INT2KV_K_ROTATION": "/nope/rot.pt"}, "K_ROTATION='/nope/rot.pt'"),
+])
+def test_option_errors_name_the_variable(env, match):
+    with pytest.raises(Int2ConfigError, match=match):
+        Int2Options.from_env(env)
+
+
+def test_options_defaults_and_values():
+    assert Int2Options.from_env({}) == Int2Options()
+    o = Int2Options.from_env({"APHRODITE_INT2KV_GROUP_SIZE": "64", "APHRODITE_INT2KV_LLOYD_MAX": "1",
+                              "APHRODITE_INT2KV_V_ROTATION": "none"})
+    assert (o.group_size, o.lloyd_max, o.v_rotation) == (64, True, "none")
+
+
+def _hybrid_dir(tmp_path):
+    from transformers import Qwen3NextConfig
+
+    Qwen3NextConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                    num_attention_heads=4, num_key_value_heads=2, head_dim=256,
+                    linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
+                    linear_num_key_heads=2, linear_num_value_heads=4, num_experts=4,
+                    num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=64,
+                    decoder_sparse_step=1, mlp_only_layers=[],
+                    layer_types=["linear_attention"] * 3 + ["full_attention"],
+                    max_position_embeddings=4096).save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def test_hybrid_pages_carry_int2_capacity(registered, tmp_path):
+    """Qwen3-Next-style hybrid (1 attention layer in 4): the attention page is sized from int2's
+    real bytes and the GDN state page is padded to it, so a page holds 5.33x the tokens of bf16's
+    for ~half the bytes. Without the alignment fix the int2 page would be sized at 8 bits."""
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.platforms.interface import Platform
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+
+    model = _hybrid_dir(tmp_path)
+    pages = {}
+    for kv in ("auto", "int2"):
+        cfg = EngineArgs(model=model, kv_cache_dtype=kv, max_model_len=1024,
+                         skip_tokenizer_init=True).create_engine_config()
+        Platform._align_hybrid_block_size(cfg, Int2AttentionBackend)
+        per_token = 2 * SlotLayout(256, 32).slot_bytes if kv == "int2" else 2 * 2 * 256 * 2
+        cc = cfg.cache_config
+        pages[kv] = (cc.block_size, cc.block_size * per_token)
+        assert cc.mamba_page_size_padded in (None, cc.block_size * per_token)
+    (bf16_tokens, bf16_bytes), (int2_tokens, int2_bytes) = pages["auto"], pages["int2"]
+    tokens_per_byte = (int2_tokens / int2_bytes) / (bf16_tokens / bf16_bytes)
+    assert tokens_per_byte == pytest.approx(SlotLayout(256, 32).ratio_vs())
+    assert int2_bytes < bf16_bytes  # the shared page (attention or GDN state) got smaller
+
+
+def test_hybrid_alignment_without_the_fix_sizes_int2_as_bytes(registered, tmp_path):
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.platforms.interface import Platform
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+
+    if not shape_based_kv_api():
+        pytest.skip("0.24 sizes hybrid pages through the backend's customize_spec: no fix needed")
+    upstream = Platform.__dict__["_align_hybrid_block_size"].__func__.__wrapped__
+    cfg = EngineArgs(model=_hybrid_dir(tmp_path), kv_cache_dtype="int2", max_model_len=1024,
+                     skip_tokenizer_init=True).create_engine_config()
+    upstream(Platform, cfg, Int2AttentionBackend)
+    eight_bit_per_token = 2 * 2 * 256  # K+V, 2 heads, 256 dims, 1 byte each
+    assert cfg.cache_config.mamba_page_size_padded == cfg.cache_config.block_size * eight_bit_per_token
