@@ -8,11 +8,12 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from aphrodite_int2kv.cli import doctor
+    from aphrodite_int2kv.cli import doctor, eval as eval_cmd
 
     parser = argparse.ArgumentParser(prog="aphrodite-int2kv")
     sub = parser.add_subparsers(dest="command", required=True)
     doctor.add_parser(sub)
+    eval_cmd.add_parser(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

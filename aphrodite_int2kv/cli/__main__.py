@@ -1,0 +1,5 @@
+import sys
+
+from aphrodite_int2kv.cli import main
+
+sys.exit(main())

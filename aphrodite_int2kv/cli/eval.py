@@ -1,0 +1,115 @@
+"""``aphrodite-int2kv eval``: perplexity of a real LM (SmolLM2-135M by default) with its K/V passed
+through each KV scheme, against full precision. CPU by default; minutes. See docs/quality.md."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+
+
+def add_parser(sub):
+    p = sub.add_parser("eval", help="perplexity with int2 (and baseline) KV caches on a real model")
+    p.add_argument("--text", default="moby-dick", help="'moby-dick' (fetched once) or a text file")
+    p.add_argument("--tokens", type=int, default=1024, help="tokens per window")
+    p.add_argument("--windows", type=int, default=4, help="non-overlapping windows")
+    p.add_argument("--start", type=int, default=78003, help="first token of the first window")
+    p.add_argument("--schemes", default="standard",
+                   help="'standard' (the full comparison table) or 'custom' (one int2 row from the options below)")
+    p.add_argument("--group-size", type=int, default=32)
+    p.add_argument("--k-rotation", default="hadamard", help="hadamard | none | rotation file")
+    p.add_argument("--v-rotation", default="hadamard")
+    p.add_argument("--k-clip", type=float, default=1.0)
+    p.add_argument("--v-clip", type=float, default=1.0)
+    p.add_argument("--lloyd-max", action="store_true")
+    p.add_argument("--recent", type=int, default=0, help="full-precision recent window (tokens)")
+    p.add_argument("--sink", type=int, default=0, help="full-precision first tokens")
+    p.add_argument("--center", action="store_true", help="subtract a per-head K offset before quantizing")
+    p.add_argument("--json", default=None, help="write the rows (a JSON list) here")
+    p.set_defaults(func=run)
+
+
+def _progress(i, n, label, t0):
+    width = 24
+    done = int(width * i / n)
+    sys.stderr.write(f"\r[{'#' * done}{'.' * (width - done)}] {i}/{n} {label[:48]:<48} {time.time() - t0:6.0f}s")
+    sys.stderr.flush()
+
+
+def evaluate(schemes, text="moby-dick", tokens=1024, windows=4, start=78003, progress=True):
+    import torch
+
+    from aphrodite_int2kv.quality import assets, smollm
+    from aphrodite_int2kv.quality.schemes import KVTransform, attention_fn
+
+    cfg, sd, tok = smollm.load(assets.model_path())
+    path = assets.text_path(text)
+    ids = tok.encode(open(path, encoding="utf-8").read()).ids
+    if start + windows * tokens > len(ids):
+        start = max(0, len(ids) - windows * tokens)
+    if len(ids) < tokens + 1:
+        raise ValueError(f"{path} has only {len(ids)} tokens; need at least {tokens + 1}")
+    wins = [torch.tensor(ids[start + w * tokens:start + (w + 1) * tokens])
+            for w in range(windows) if start + (w + 1) * tokens <= len(ids)]
+    late = tokens // 2
+    rows, t0, n = [], time.time(), len(schemes) * len(wins)
+    for si, scheme in enumerate(schemes):
+        tf = KVTransform(scheme, cfg.head_dim, cfg.n_kv_heads, cfg.n_layers)
+        attn = attention_fn(scheme, tf, cfg.head_dim ** -0.5)
+        nll_all, nll_late = [], []
+        for wi, w in enumerate(wins):
+            if progress:
+                _progress(si * len(wins) + wi, n, scheme.name, t0)
+            logits = smollm.forward(cfg, sd, w, attn)
+            nll = torch.nn.functional.cross_entropy(logits[:-1], w[1:], reduction="none")
+            nll_all.append(nll)
+            nll_late.append(nll[late - 1:])    # predictions of positions late..tokens-1
+        rows.append(dict(scheme=scheme.name, bits_per_element=round(scheme.bits_per_element(cfg.head_dim), 3),
+                         ppl=math.exp(torch.cat(nll_all).mean().item()),
+                         late_ppl=math.exp(torch.cat(nll_late).mean().item()),
+                         tokens=sum(len(w) for w in wins), windows=len(wins), text=text))
+    if progress:
+        _progress(n, n, "done", t0)
+        sys.stderr.write("\n")
+    fp = next((r for r in rows if r["scheme"] == "fp"), None)
+    if fp is None:  # the reference row is always computed
+        fp = evaluate([type(schemes[0])("fp", "fp")], text, tokens, windows, start, progress=False)[0]
+    for r in rows:
+        r["fp_ppl"] = fp["ppl"]
+        r["rel_increase"] = r["ppl"] / fp["ppl"] - 1
+        r["late_rel_increase"] = r["late_ppl"] / fp["late_ppl"] - 1
+    return rows
+
+
+def print_table(rows):
+    print(f"{'scheme':<52} {'bits':>5} {'PPL':>9} {'vs fp':>9} {'late-half vs fp':>16}")
+    for r in rows:
+        print(f"{r['scheme']:<52} {r['bits_per_element']:>5.2f} {r['ppl']:>9.2f} "
+              f"{100 * r['rel_increase']:>+8.1f}% {100 * r['late_rel_increase']:>+15.1f}%")
+    print(f"({rows[0]['tokens']} tokens of {rows[0]['text']} in {rows[0]['windows']} windows; "
+          f"late half = second half of each window)")
+
+
+def run(args) -> int:
+    from aphrodite_int2kv.quality.schemes import Scheme, standard_schemes
+
+    if args.schemes == "standard":
+        schemes = standard_schemes()
+    elif args.schemes == "custom":
+        name = (f"int2 G{args.group_size} K-rot={args.k_rotation} V-rot={args.v_rotation}"
+                f"{' lloyd' if args.lloyd_max else ''} clip{args.k_clip}/{args.v_clip}"
+                f" sink{args.sink} recent{args.recent}{' K-center' if args.center else ''}")
+        schemes = [Scheme("fp", "fp"),
+                   Scheme(name, "int2", group_size=args.group_size, k_rotation=args.k_rotation,
+                          v_rotation=args.v_rotation, k_clip=args.k_clip, v_clip=args.v_clip,
+                          lloyd_max=args.lloyd_max, recent=args.recent, sink=args.sink, center=args.center)]
+    else:
+        print(f"--schemes must be 'standard' or 'custom', not {args.schemes!r}", file=sys.stderr)
+        return 2
+    rows = evaluate(schemes, args.text, args.tokens, args.windows, args.start)
+    print_table(rows)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0

@@ -1,0 +1,146 @@
+"""KV schemes compared by `aphrodite-int2kv eval`: ours (through the int2 slot quantizer the store
+kernel implements bit for bit) and the baselines users ask about. Each scheme turns post-RoPE K/V
+of a whole window into what attention would read back from its cache ("fake quantization").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from aphrodite_int2kv.int2.format import SlotLayout
+from aphrodite_int2kv.int2.quantizer import decode_slots, encode_slots
+from aphrodite_int2kv.int2.reference import rotate
+from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheme:
+    name: str
+    kind: str                    # fp | int2 | naive | kivi | fp8 | int4
+    group_size: int = 32
+    k_rotation: str = "hadamard"  # hadamard | none | a rotation file (int2 only)
+    v_rotation: str = "hadamard"
+    k_clip: float = 1.0
+    v_clip: float = 1.0
+    lloyd_max: bool = False
+    recent: int = 0              # last R tokens of each query's context kept in full precision
+    sink: int = 0                # first S tokens kept in full precision
+    center: bool = False         # subtract a per-head K offset (mean of the first 32 keys) first
+
+    def bits_per_element(self, head_dim: int, context: int = 32768) -> float:
+        base = {"fp": 16.0, "fp8": 8.0,
+                "naive": 2 + 32 / head_dim,
+                "kivi": 2 + 32 / 32,
+                "int4": 4 + 32 / self.group_size}.get(self.kind)
+        if base is None:  # ours: the slot format, padding included
+            base = SlotLayout(head_dim, self.group_size).bits_per_element()
+        window = min(context, self.recent + self.sink)
+        return (base * (context - window) + 16 * window) / context
+
+
+def _uniform(x, bits, dim_groups):
+    """Asymmetric min/max n-bit fake quantization over the last dim in groups (baselines)."""
+    shape = x.shape
+    g = x.reshape(*shape[:-1], -1, dim_groups)
+    lo, hi = g.amin(-1, keepdim=True), g.amax(-1, keepdim=True)
+    levels = 2 ** bits - 1
+    scale = ((hi - lo) / levels).half().float()
+    lo = lo.half().float()
+    inv = torch.where(scale > 0, 1 / scale, torch.zeros_like(scale))
+    c = torch.floor((g - lo) * inv + 0.5).clamp(0, levels)
+    return (c * scale + lo).reshape(shape)
+
+
+class KVTransform:
+    """Per layer: (k, v) [T, Hkv, D] -> what the cache gives back, fp32."""
+
+    def __init__(self, scheme: Scheme, head_dim: int, num_kv_heads: int, layers: int):
+        self.s, self.D = scheme, head_dim
+        if scheme.kind == "int2":
+            self.layout = SlotLayout(head_dim, scheme.group_size)
+            self.offsets = {}
+            self.rot_k = self._rotations(scheme.k_rotation, num_kv_heads, layers, keep_offsets=True)
+            self.rot_v = self._rotations(scheme.v_rotation, num_kv_heads, layers)
+
+    def _rotations(self, source, num_kv_heads, layers, keep_offsets=False):
+        if source in ("hadamard", "none"):
+            m = hadamard(self.D) if source == "hadamard" else torch.eye(self.D)
+            return {i: m[None] for i in range(layers)}
+        data = load_rotation_file(source, self.D, num_kv_heads, list(range(layers)))
+        if keep_offsets:
+            self.offsets = {i: d["k_offset"] for i, d in data.items() if "k_offset" in d}
+        return {i: d["rotation"] for i, d in data.items()}
+
+    def __call__(self, layer: int, k, v):
+        s = self.s
+        if s.kind == "fp":
+            return k, v
+        if s.kind == "naive":
+            return _uniform(k, 2, self.D), _uniform(v, 2, self.D)
+        if s.kind == "int4":
+            H = hadamard(self.D)
+            return (_uniform(k @ H, 4, s.group_size) @ H.T, _uniform(v @ H, 4, s.group_size) @ H.T)
+        if s.kind == "fp8":
+            def f8(x):
+                scale = x.abs().amax(dim=(0, 2), keepdim=True).clamp(min=1e-6) / 448.0
+                return (x / scale).to(torch.float8_e4m3fn).float() * scale
+            return f8(k), f8(v)
+        if s.kind == "kivi":   # K per channel over blocks of 32 tokens, V per token in groups of 32
+            T = k.shape[0] // 32 * 32
+            kt = k[:T].reshape(T // 32, 32, *k.shape[1:]).permute(0, 2, 3, 1)   # [blk, H, D, 32]
+            kq = _uniform(kt, 2, 32).permute(0, 3, 1, 2).reshape(T, *k.shape[1:])
+            return torch.cat([kq, k[T:]]), _uniform(v, 2, 32)
+        # ours: rotate, encode into int2 slots exactly as the store kernel does, decode
+        rk, rv = self.rot_k[layer], self.rot_v[layer]
+        offset = torch.zeros(1, k.shape[1], self.D)
+        if s.center:   # a calibrated offset from the rotation file, else the first 32 keys' mean
+            off = self.offsets.get(layer)
+            offset = off.reshape(-1, self.D)[None] if off is not None else k[:32].mean(0, keepdim=True)
+        slots = encode_slots(rotate(k - offset, rk), rotate(v, rv), self.layout, s.k_clip, s.v_clip,
+                             s.lloyd_max)
+        kd, vd = decode_slots(slots, self.layout, s.lloyd_max)
+        return rotate(kd, rk.transpose(-1, -2)) + offset, rotate(vd, rv.transpose(-1, -2))
+
+
+def attention_fn(scheme: Scheme, transform: KVTransform, sm_scale: float):
+    """Causal attention where query t reads full-precision K/V for keys in its sink/recent window
+    and the scheme's reconstruction elsewhere (a streaming cache, simulated over the window)."""
+
+    def attn(layer, q, k, v):
+        T, Hq, D = q.shape
+        ratio = Hq // k.shape[1]
+        kq, vq = transform(layer, k, v)
+        qh = q.transpose(0, 1)                                            # [Hq, T, D]
+        kf, vf = (x.repeat_interleave(ratio, 1).transpose(0, 1) for x in (k, v))
+        kqh, vqh = (x.repeat_interleave(ratio, 1).transpose(0, 1) for x in (kq, vq))
+        t = torch.arange(T)[:, None]
+        j = torch.arange(T)[None, :]
+        full = (j > t - scheme.recent) | (j < scheme.sink)                 # [T, T]
+        s = torch.where(full, qh @ kf.transpose(1, 2), qh @ kqh.transpose(1, 2)) * sm_scale
+        p = s.masked_fill(j > t, float("-inf")).softmax(-1)
+        out = (p * full) @ vf + (p * ~full) @ vqh
+        return out.transpose(0, 1)
+
+    return attn
+
+
+def standard_schemes():
+    """The default table of `aphrodite-int2kv eval` (issue: every row users compare)."""
+    return [
+        Scheme("fp", "fp"),
+        Scheme("naive 2-bit per token", "naive"),
+        Scheme("kivi 2-bit", "kivi"),
+        Scheme("kivi 2-bit + recent 128", "kivi", recent=128),
+        Scheme("fp8 e4m3 per-head", "fp8"),
+        Scheme("int4 hadamard G32", "int4", group_size=32),
+        Scheme("int2 hadamard G32", "int2", group_size=32),
+        Scheme("int2 hadamard G64", "int2", group_size=64),
+        Scheme("int2 hadamard G32 clip0.9", "int2", group_size=32, k_clip=0.9, v_clip=0.9),
+        Scheme("int2 hadamard G32 lloyd-max", "int2", group_size=32, lloyd_max=True),
+        Scheme("int2 no-rotation G32", "int2", group_size=32, k_rotation="none", v_rotation="none"),
+        Scheme("int2 hadamard G32 + sink4 + recent128", "int2", group_size=32, sink=4, recent=128),
+        Scheme("int2 hadamard G32 + sink4 + recent128 + K-center", "int2", group_size=32, sink=4,
+               recent=128, center=True),
+    ]
