@@ -1,5 +1,4 @@
-"""``aphrodite-int2kv`` command line: ``doctor`` (and, as they land, ``eval``,
-``make-rotation``, ``calibrate``)."""
+"""``aphrodite-int2kv`` command line: ``doctor``, ``eval``, ``make-rotation``, ``calibrate``."""
 
 from __future__ import annotations
 
@@ -8,12 +7,13 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from aphrodite_int2kv.cli import doctor, eval as eval_cmd
+    from aphrodite_int2kv.cli import doctor, eval as eval_cmd, rotations
 
     parser = argparse.ArgumentParser(prog="aphrodite-int2kv")
     sub = parser.add_subparsers(dest="command", required=True)
     doctor.add_parser(sub)
     eval_cmd.add_parser(sub)
+    rotations.add_parsers(sub)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -1,0 +1,84 @@
+"""eval / make-rotation / calibrate on the real SmolLM2-135M (fetched once into a cache shared by
+CI runs on the same machine) and real text; rotation files loaded the way the engine loads them."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+
+from aphrodite_int2kv.cli import main as cli
+from aphrodite_int2kv.int2.format import Int2ConfigError
+from aphrodite_int2kv.int2.rotation import load_rotation_file, orthogonality_error
+
+
+def _config(tmp_path, nested=False, **over):
+    cfg = dict(num_attention_heads=8, num_key_value_heads=2, hidden_size=1024, num_hidden_layers=6,
+               layer_types=["linear_attention", "full_attention"] * 3)
+    cfg.update(over)
+    doc = {"text_config": cfg} if nested else cfg
+    (tmp_path / "config.json").write_text(json.dumps(doc))
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("nested", [False, True])
+def test_make_rotation_writes_files_the_engine_loads(tmp_path, nested, monkeypatch, capsys):
+    model = _config(tmp_path, nested=nested)
+    out = tmp_path / "rot"
+    assert cli(["make-rotation", "--model", model, "--out", str(out)]) == 0
+    k = load_rotation_file(str(out / "k_rotation.pt"), 128, 2, [1, 3, 5])
+    assert set(k) == {1, 3, 5} and orthogonality_error(k[3]["rotation"]) < 1e-5
+    with pytest.raises(Int2ConfigError, match="no entry for attention layer"):
+        load_rotation_file(str(out / "k_rotation.pt"), 128, 2, [0])   # GDN layers get no rotation
+    # the engine's impl picks the file's matrix for its layer
+    pytest.importorskip("aphrodite")
+    monkeypatch.setenv("APHRODITE_INT2KV_K_ROTATION", str(out / "k_rotation.pt"))
+    monkeypatch.setenv("APHRODITE_INT2KV_V_ROTATION", str(out / "v_rotation.pt"))
+    from aphrodite_int2kv.engine.backend import Int2AttentionImpl
+
+    impl = Int2AttentionImpl(8, 128, 128 ** -0.5, 2, None, None, "int2")
+    layer = type("L", (), {"layer_name": "language_model.model.layers.3.self_attn.attn"})()
+    rk, rv = impl._rotations(layer, "cpu")
+    assert torch.allclose(rk, k[3]["rotation"])
+
+
+def test_make_rotation_errors(tmp_path, capsys):
+    assert cli(["make-rotation", "--model", str(tmp_path)]) == 2
+    assert "has no config.json" in capsys.readouterr().err
+    _config(tmp_path, hidden_size=8 * 40)        # head_dim 40: no Hadamard of that size
+    assert cli(["make-rotation", "--model", str(tmp_path), "--out", str(tmp_path)]) == 2
+    assert "head_dim 40" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def small_eval():
+    """One 384-token window of Moby-Dick through fp, plain int2 and int2 with windows + centering."""
+    from aphrodite_int2kv.cli.eval import evaluate
+    from aphrodite_int2kv.quality.schemes import Scheme
+
+    return evaluate([Scheme("fp", "fp"), Scheme("naive 2-bit per token", "naive"),
+                     Scheme("int2 hadamard G32", "int2", group_size=32),
+                     Scheme("int2 G32 windows+center", "int2", group_size=32, sink=4, recent=128, center=True)],
+                    tokens=384, windows=1, progress=False)
+
+
+def test_eval_on_the_real_model_separates_schemes(small_eval):
+    fp, naive, plain, best = small_eval
+    assert 15 < fp["ppl"] < 150, fp                 # a trained LM on English prose, not noise
+    assert naive["rel_increase"] > 3                  # per-token 2-bit without rotation collapses
+    assert 0.3 < plain["rel_increase"] < naive["rel_increase"]
+    assert best["rel_increase"] < plain["rel_increase"] / 3
+    assert all(r["fp_ppl"] == fp["ppl"] and r["tokens"] == 384 for r in small_eval)
+
+
+def test_eval_cli_prints_the_table(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    assert cli(["eval", "--schemes", "custom", "--tokens", "256", "--windows", "1", "--recent", "32",
+                "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "late-half vs fp" in text and "int2 G32" in text
+    rows = json.loads(out.read_text())
+    assert [r["scheme"] for r in rows][0] == "fp" and set(rows[1]) >= {
+        "scheme", "bits_per_element", "ppl", "fp_ppl", "rel_increase", "late_rel_increase", "tokens", "text"}

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Rows of benchmarks/results/quality_smollm2.json (SmolLM2-135M, Moby-Dick, 4 x 1024 tokens from
+token 78,003, CPU): the standard table of `aphrodite-int2kv eval`, the window / K-centering sweep,
+and calibrated rotations (files from `aphrodite-int2kv calibrate`).
+
+  python benchmarks/quality_smollm2.py --parts standard,windows,calibrated --calibrated DIR --out FILE
+Rows already in FILE for the same scheme name are replaced; others are kept.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
+from aphrodite_int2kv.cli.eval import evaluate, print_table  # noqa: E402
+from aphrodite_int2kv.quality.schemes import Scheme, standard_schemes  # noqa: E402
+
+
+def window_schemes():
+    rows = []
+    for center in (False, True):
+        for sink in (0, 4, 64):
+            for recent in (0, 32, 128, 256):
+                name = f"int2 hadamard G32 sink{sink} recent{recent}{' K-center' if center else ''}"
+                rows.append(Scheme(name, "int2", group_size=32, sink=sink, recent=recent, center=center))
+    return rows
+
+
+def calibrated_schemes(d):
+    k, v = os.path.join(d, "k_rotation.pt"), os.path.join(d, "v_rotation.pt")
+    out = []
+    for center in (False, True):
+        for sink, recent in ((0, 0), (4, 128)):
+            name = f"int2 calibrated G32 sink{sink} recent{recent}{' K-offset' if center else ''}"
+            out.append(Scheme(name, "int2", group_size=32, k_rotation=k, v_rotation=v, center=center,
+                              sink=sink, recent=recent))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default="standard,windows")
+    ap.add_argument("--calibrated", default=None, help="directory with k_rotation.pt / v_rotation.pt")
+    ap.add_argument("--out", default="benchmarks/results/quality_smollm2.json")
+    a = ap.parse_args()
+    schemes = [Scheme("fp", "fp")]
+    parts = a.parts.split(",")
+    if "standard" in parts:
+        schemes += [s for s in standard_schemes() if s.kind != "fp"]
+    if "windows" in parts:
+        schemes += window_schemes()
+    if "calibrated" in parts:
+        schemes += calibrated_schemes(a.calibrated)
+    rows = evaluate(schemes)
+    print_table(rows)
+    old = json.load(open(a.out)) if os.path.exists(a.out) else []
+    names = {r["scheme"] for r in rows}
+    json.dump([r for r in old if r["scheme"] not in names] + rows, open(a.out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
