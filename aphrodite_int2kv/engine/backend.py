@@ -112,6 +112,7 @@ class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
     def __init__(self, kv_cache_spec, layer_names, aphrodite_config, device):
         super().__init__(kv_cache_spec, layer_names, aphrodite_config, device)
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=False)
+        _log_active(kv_cache_spec, layer_names)
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
         meta = self.build(0, common_attn_metadata)
@@ -127,6 +128,25 @@ class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
                             num_actual_tokens=cam.num_actual_tokens, max_query_len=cam.max_query_len,
                             num_decodes=num_decodes, num_decode_tokens=num_decode_tokens,
                             num_prefills=num_prefills)
+
+
+def _log_active(spec, layer_names) -> None:
+    """The start-up proof: one line per int2 KV-cache group in the worker."""
+    try:
+        from aphrodite.logger import init_logger
+
+        opts = options()
+        heads, head = spec.num_kv_heads, spec.head_size
+        layout = SlotLayout(head, opts.group_size)
+        init_logger("aphrodite.int2kv").info(
+            "int2 KV cache active on %d layers (%s%s): %s; %d B per token per layer (bf16: %d B, %.2fx "
+            "fewer); page %d tokens", len(layer_names), ", ".join(list(layer_names)[:2]),
+            ", ..." if len(layer_names) > 2 else "", opts.describe(), heads * layout.slot_bytes,
+            heads * head * 4, layout.ratio_vs(), spec.block_size)
+    except Exception as exc:  # logging must never stop the engine
+        import logging
+
+        logging.getLogger("aphrodite_int2kv").warning("int2 start-up line failed: %s", exc)
 
 
 def _layer_index(layer) -> int | None:
