@@ -15,7 +15,7 @@ keep = ["naive 2-bit per token", "int2 no-rotation G32", "int2 hadamard G64", "i
         "int4 hadamard G32", "fp8 e4m3 per-head"]
 by = {r["scheme"]: r for r in rows_all}
 rows = [by[k] for k in keep if k in by]
-W, left, bar, gap = 900, 390, 11, 8
+W, left, bar, gap = 960, 390, 11, 8
 H = 60 + len(rows) * (2 * bar + gap)
 lo, hi = math.log10(0.3), math.log10(3000)   # percent axis
 
