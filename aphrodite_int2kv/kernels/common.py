@@ -100,3 +100,40 @@ def plane_values(acc_p, p, vbytes, P: tl.constexpr, v_scale, v_zero,
         else:
             acc_p += tl.where(((cols >= s * SEG) & (cols < (s + 1) * SEG))[None, :], part, 0.0)
     return acc_p
+
+
+@triton.jit
+def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qs0, qs1, qs2, qs3,
+              cache_u8, cache_f16, slot, nmask, qk_scale,
+              ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+              SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
+              OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
+              L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr):
+    """One tile of N int2 tokens for ROWS query rows: QK^T on the code planes, online-softmax update,
+    P.V accumulation. slot: byte offsets [N] of the tokens' slots (valid where nmask); q0..q3 the
+    query planes, qs0..qs3 their row sums. Returns the updated (m_i, l_i, acc0, acc1, acc2, acc3)."""
+    cols = tl.arange(0, W)
+    meta = cache_f16 + slot // 2                      # slots are 16-byte aligned
+    kbytes = tl.load(cache_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
+    k_scale = load_meta(meta, nmask, OFF_KS, NG)
+    k_zero = load_meta(meta, nmask, OFF_KZ, NG)
+    s = tl.zeros([ROWS, N], tl.float32)
+    s = plane_scores(s, q0, qs0, kbytes, 0, k_scale, k_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+    s = plane_scores(s, q1, qs1, kbytes, 1, k_scale, k_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+    s = plane_scores(s, q2, qs2, kbytes, 2, k_scale, k_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+    s = plane_scores(s, q3, qs3, kbytes, 3, k_scale, k_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+    s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
+
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    alpha = tl.exp2(m_i - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+
+    v_scale = load_meta(meta, nmask, OFF_VS, NG)
+    v_zero = load_meta(meta, nmask, OFF_VZ, NG)
+    vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
+    acc0 = plane_values(acc0 * alpha[:, None], p, vbytes, 0, v_scale, v_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+    acc1 = plane_values(acc1 * alpha[:, None], p, vbytes, 1, v_scale, v_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+    acc2 = plane_values(acc2 * alpha[:, None], p, vbytes, 2, v_scale, v_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+    acc3 = plane_values(acc3 * alpha[:, None], p, vbytes, 3, v_scale, v_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+    return m_new, l_i, acc0, acc1, acc2, acc3

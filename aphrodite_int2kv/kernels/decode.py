@@ -23,7 +23,7 @@ import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels import interpreting
-from aphrodite_int2kv.kernels.common import LOG2E, load_meta, plane_scores, plane_values
+from aphrodite_int2kv.kernels.common import LOG2E, int2_tile
 
 
 @triton.jit
@@ -87,31 +87,10 @@ def _int2_decode_split_kernel(
         nmask = tok < end
         page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
-        meta = cache_f16 + slot // 2                      # slots are 16-byte aligned
-        kbytes = tl.load(cache_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
-
-        k_scale = load_meta(meta, nmask, OFF_KS, NG)
-        k_zero = load_meta(meta, nmask, OFF_KZ, NG)
-        s = tl.zeros([BLOCK_H, BLOCK_N], tl.float32)
-        s = plane_scores(s, q0, qs0, kbytes, 0, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q1, qs1, kbytes, 1, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q2, qs2, kbytes, 2, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-        s = plane_scores(s, q3, qs3, kbytes, 3, k_scale, k_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-        s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
-
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        alpha = tl.exp2(m_i - m_new)
-        p = tl.exp2(s - m_new[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        m_i = m_new
-
-        v_scale = load_meta(meta, nmask, OFF_VS, NG)
-        v_zero = load_meta(meta, nmask, OFF_VZ, NG)
-        vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
-        acc0 = plane_values(acc0 * alpha[:, None], p, vbytes, 0, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-        acc1 = plane_values(acc1 * alpha[:, None], p, vbytes, 1, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-        acc2 = plane_values(acc2 * alpha[:, None], p, vbytes, 2, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-        acc3 = plane_values(acc3 * alpha[:, None], p, vbytes, 3, v_scale, v_zero, BLOCK_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+        m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qs0, qs1, qs2, qs3,
+            cache_u8, cache_f16, slot, nmask, qk_scale, BLOCK_H, BLOCK_N, W, G, NG, SEG,
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
 
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
