@@ -1,4 +1,4 @@
-"""``aphrodite-int2kv`` command line: ``doctor``, ``eval``, ``make-rotation``, ``calibrate``."""
+"""``aphrodite-int2kv`` command line: ``doctor``, ``eval``, ``longctx``, ``make-rotation``, ``calibrate``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     doctor.add_parser(sub)
     eval_cmd.add_parser(sub)
+    eval_cmd.add_longctx_parser(sub)
     rotations.add_parsers(sub)
     args = parser.parse_args(argv)
     return args.func(args)

@@ -113,3 +113,52 @@ def run(args) -> int:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
     return 0
+
+
+def add_longctx_parser(sub):
+    p = sub.add_parser("longctx", help="needle-among-distractors and recall-by-position checks: fp vs int2")
+    p.add_argument("--items", type=int, default=8, help="items per task")
+    p.add_argument("--json", default=None)
+    p.set_defaults(func=run_longctx)
+
+
+def run_longctx(args) -> int:
+    from aphrodite_int2kv.quality import assets, longctx, smollm
+    from aphrodite_int2kv.quality.schemes import KVTransform, Scheme, attention_fn
+
+    cfg, sd, tok = smollm.load(assets.model_path())
+    items = longctx.needle_items(args.items, 48) + longctx.position_items(args.items, 6, 8)
+    schemes = [Scheme("fp", "fp"), Scheme("int2 hadamard G32", "int2"),
+               Scheme("int2 hadamard G32 + sink4 + recent128 + K-center", "int2", sink=4, recent=128, center=True),
+               Scheme("kivi 2-bit + recent 128", "kivi", recent=128)]
+    attn = {s.name: attention_fn(s, KVTransform(s, cfg.head_dim, cfg.n_kv_heads, cfg.n_layers), cfg.head_dim ** -0.5)
+            for s in schemes}
+    t0 = time.time()
+    fp_ok = []
+    for i, (task, prompt, truth) in enumerate(items):
+        _progress(i, len(items), f"fp: {task}", t0)
+        got = longctx.answer(cfg, sd, tok, prompt, attn["fp"])
+        fp_ok.append(got == truth)
+    kept = [it for it, ok in zip(items, fp_ok) if ok]
+    rows = [dict(scheme="fp", task="all", items=len(items), solved_by_fp=len(kept))]
+    results = {s.name: [] for s in schemes[1:]}
+    n = len(kept) * len(results)
+    for j, (task, prompt, truth) in enumerate(kept):
+        for k, name in enumerate(results):
+            _progress(j * len(results) + k, n, f"{name}: {task}", t0)
+            results[name].append((task, longctx.answer(cfg, sd, tok, prompt, attn[name]) == truth))
+    sys.stderr.write("\n")
+    print(f"items the full-precision model solves: {len(kept)} of {len(items)} "
+          f"(needle {sum(1 for t, *_ in kept if t == 'needle')}, position {sum(1 for t, *_ in kept if t == 'position')})")
+    print(f"{'scheme':<52} {'needle':>8} {'position':>9} {'agree w/ fp':>12}")
+    for name, res in results.items():
+        by = {t: [ok for tt, ok in res if tt == t] for t in ("needle", "position")}
+        agree = sum(ok for _, ok in res)
+        print(f"{name:<52} {sum(by['needle']):>3}/{len(by['needle']):<4} {sum(by['position']):>4}/{len(by['position']):<4} "
+              f"{agree:>5}/{len(res)}")
+        for t in ("needle", "position"):
+            rows.append(dict(scheme=name, task=t, items=len(by[t]), agree_with_fp=sum(by[t])))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(rows, f, indent=1)
+    return 0
