@@ -82,3 +82,14 @@ def test_eval_cli_prints_the_table(tmp_path, capsys):
     rows = json.loads(out.read_text())
     assert [r["scheme"] for r in rows][0] == "fp" and set(rows[1]) >= {
         "scheme", "bits_per_element", "ppl", "fp_ppl", "rel_increase", "late_rel_increase", "tokens", "text"}
+
+
+def test_longctx_items_are_unambiguous():
+    from aphrodite_int2kv.quality.longctx import needle_items, position_items
+
+    for task, prompt, truth in needle_items(4, 48) + position_items(4, 6, 2):
+        body, question = prompt.rsplit("Question:", 1)
+        assert body.count(truth) == 1, (task, truth)        # the answer appears once, as the needle
+        assert truth not in question
+    lines = needle_items(1, 48)[0][1].split("\n\n")[0].splitlines()
+    assert len(lines) == 48 and len({l.rsplit(" ", 1)[0] for l in lines}) == 48   # 48 distinct keys
