@@ -182,6 +182,11 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         self.scale = float(scale)
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self._rot = None  # (R_k, R_v) on the device, built on first use
+        from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+
+        # 0.21-0.23 hand the cache as [blocks, block_size, kv_heads, slot]; 0.24's LBNHC layout
+        # arrives as the logical [blocks, kv_heads, block_size, slot] view of the same bytes.
+        self._heads_first = not shape_based_kv_api()
 
     # -- rotations ----------------------------------------------------------------------------
     def _rotations(self, layer, device):
@@ -213,10 +218,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         int2_store(k, v, slot_mapping, cache, self.layout, self.opts.k_clip, self.opts.v_clip, self.opts.lloyd_max)
 
     def _cache_view(self, kv_cache):
-        # 0.21-0.23: [blocks, block_size, kv_heads, slot]; 0.24: [blocks, kv_heads, block_size, slot]
-        if kv_cache.shape[2] == self.num_kv_heads and kv_cache.shape[-1] == self.layout.slot_bytes:
-            return kv_cache
-        return kv_cache.transpose(1, 2)
+        """-> [blocks, block_size, kv_heads, slot] with the engine's real strides."""
+        return kv_cache.transpose(1, 2) if self._heads_first else kv_cache
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None,
                 output_scale=None, output_block_scale=None):

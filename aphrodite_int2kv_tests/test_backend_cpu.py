@@ -1,0 +1,102 @@
+"""The int2 attention impl (our engine glue: rotation, store, decode/prefill split, chunked-prefill
+continuation, un-rotation) on CPU through the interpreted kernels, against fp32 references."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from aphrodite_int2kv.int2 import reference as R
+from aphrodite_int2kv.int2.format import SlotLayout
+from aphrodite_int2kv.int2.quantizer import fake_quantize
+from aphrodite_int2kv.int2.rotation import hadamard
+from aphrodite_int2kv_tests.conftest import DEVICE
+
+D, HQ, HKV, BS = 64, 6, 2, 16
+
+
+@pytest.fixture
+def impl(engine, monkeypatch):
+    monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", "32")
+    from aphrodite_int2kv.engine.backend import Int2AttentionImpl
+
+    return Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
+
+
+def engine_view(cache):
+    """The cache as the installed engine hands it to the impl (0.24: heads-first view)."""
+    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+
+    return cache if shape_based_kv_api() else cache.transpose(1, 2)
+
+
+def _meta(seq_lens, q_lens, block_table, slots, num_decodes):
+    from aphrodite_int2kv.engine.backend import Int2Metadata
+
+    qsl = torch.tensor([0] + list(torch.tensor(q_lens).cumsum(0)), dtype=torch.int32, device=DEVICE)
+    return Int2Metadata(seq_lens=torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE),
+                        slot_mapping=slots, block_table=block_table, query_start_loc=qsl,
+                        num_actual_tokens=sum(q_lens), max_query_len=max(q_lens),
+                        num_decodes=num_decodes, num_decode_tokens=num_decodes,
+                        num_prefills=len(q_lens) - num_decodes)
+
+
+def _slots(block_table, seq, start, n):
+    pos = torch.arange(start, start + n, device=DEVICE)
+    return block_table[seq][pos // BS].long() * BS + pos % BS
+
+
+def _expected(q, k_all, v_all, q_start, quantized_until):
+    """fp32 attention of q (positions q_start..) over k_all/v_all, where keys before
+    `quantized_until` are read back from the int2 cache (Hadamard-rotated 2-bit) and the rest exact."""
+    H = hadamard(D).to(DEVICE)
+    kq = R.rotate(fake_quantize(R.rotate(k_all, H), 32), H.T)
+    vq = R.rotate(fake_quantize(R.rotate(v_all, H), 32), H.T)
+    idx = torch.arange(k_all.shape[0], device=DEVICE)[:, None, None]
+    k = torch.where(idx < quantized_until, kq, k_all)
+    v = torch.where(idx < quantized_until, vq, v_all)
+    return R.attend(q, k, v, D ** -0.5, causal_offset=q_start)
+
+
+def test_prefill_then_mixed_decode_and_chunked_continuation(impl):
+    torch.manual_seed(0)
+    layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
+    L = SlotLayout(D, 32)
+    cache = torch.zeros(12, BS, HKV, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
+    block_table = torch.tensor([[3, 7, 1, 0], [5, 2, 9, 11]], dtype=torch.int32, device=DEVICE)
+    kA, vA = torch.randn(21, HKV, D, device=DEVICE), torch.randn(21, HKV, D, device=DEVICE)
+    kB, vB = torch.randn(47, HKV, D, device=DEVICE), torch.randn(47, HKV, D, device=DEVICE)
+    qA, qB = torch.randn(21, HQ, D, device=DEVICE), torch.randn(47, HQ, D, device=DEVICE)
+
+    # step 1: A's prompt (20 tokens) and B's first chunk (37 tokens), both prefills
+    key, value, query = torch.cat([kA[:20], kB[:37]]), torch.cat([vA[:20], vB[:37]]), torch.cat([qA[:20], qB[:37]])
+    slots = torch.cat([_slots(block_table, 0, 0, 20), _slots(block_table, 1, 0, 37)])
+    impl.do_kv_cache_update(layer, key, value, engine_view(cache), slots)
+    out = torch.empty(57, HQ * D, device=DEVICE)
+    impl.forward(layer, query.reshape(57, -1), key.reshape(57, -1), value.reshape(57, -1), engine_view(cache),
+                 _meta([20, 37], [20, 37], block_table, slots, 0), output=out)
+    out = out.view(57, HQ, D)
+    torch.testing.assert_close(out[:20], R.attend(qA[:20], kA[:20], vA[:20], D ** -0.5, causal_offset=0),
+                               atol=1e-4, rtol=0)   # a first chunk sees only itself, in full precision
+
+    # step 2 (mixed batch, decodes first): A decodes token 20, B continues with 10 more tokens
+    key, value, query = torch.cat([kA[20:], kB[37:]]), torch.cat([vA[20:], vB[37:]]), torch.cat([qA[20:], qB[37:]])
+    slots = torch.cat([_slots(block_table, 0, 20, 1), _slots(block_table, 1, 37, 10)])
+    impl.do_kv_cache_update(layer, key, value, engine_view(cache), slots)
+    out = torch.empty(11, HQ * D, device=DEVICE)
+    impl.forward(layer, query.reshape(11, -1), key.reshape(11, -1), value.reshape(11, -1), engine_view(cache),
+                 _meta([21, 47], [1, 10], block_table, slots, 1), output=out)
+    out = out.view(11, HQ, D)
+    # decode reads every key (its own included) back from the int2 cache
+    torch.testing.assert_close(out[:1], _expected(qA[20:], kA, vA, 20, 21), atol=1e-4, rtol=0)
+    # the continuation reads B's first 37 keys from int2, its own 10 in full precision
+    torch.testing.assert_close(out[1:], _expected(qB[37:], kB, vB, 37, 37), atol=1e-4, rtol=0)
+
+
+def test_padded_tokens_are_not_stored(impl):
+    layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
+    cache = torch.full((2, BS, HKV, SlotLayout(D, 32).slot_bytes), 7, dtype=torch.uint8, device=DEVICE)
+    k = torch.randn(4, HKV * D, device=DEVICE)
+    impl.do_kv_cache_update(layer, k, k, engine_view(cache), torch.tensor([3, -1, -1, 17], device=DEVICE))
+    written = (cache != 7).flatten(2).any(-1).flatten()           # per token slot
+    assert written.nonzero().flatten().tolist() == [3, 17]
