@@ -4,7 +4,8 @@ token 78,003, CPU): the standard table of `aphrodite-int2kv eval`, the window / 
 and calibrated rotations (files from `aphrodite-int2kv calibrate`).
 
   python benchmarks/quality_smollm2.py --parts standard,windows,calibrated --calibrated DIR --out FILE
-Rows already in FILE for the same scheme name are replaced; others are kept.
+Rows already in FILE for the same scheme and text are replaced; others are kept.
+State of the Union (the reference protocol's second text): --text sotu --windows 2 --start 48232
 """
 
 import argparse
@@ -43,6 +44,9 @@ def main():
     ap.add_argument("--parts", default="standard,windows")
     ap.add_argument("--calibrated", default=None, help="directory with k_rotation.pt / v_rotation.pt")
     ap.add_argument("--out", default="benchmarks/results/quality_smollm2.json")
+    ap.add_argument("--text", default="moby-dick")
+    ap.add_argument("--windows", type=int, default=4)
+    ap.add_argument("--start", type=int, default=78003)
     a = ap.parse_args()
     schemes = [Scheme("fp", "fp")]
     parts = a.parts.split(",")
@@ -52,11 +56,11 @@ def main():
         schemes += window_schemes()
     if "calibrated" in parts:
         schemes += calibrated_schemes(a.calibrated)
-    rows = evaluate(schemes)
+    rows = evaluate(schemes, text=a.text, windows=a.windows, start=a.start)
     print_table(rows)
     old = json.load(open(a.out)) if os.path.exists(a.out) else []
-    names = {r["scheme"] for r in rows}
-    json.dump([r for r in old if r["scheme"] not in names] + rows, open(a.out, "w"), indent=1)
+    done = {(r["scheme"], r["text"]) for r in rows}
+    json.dump([r for r in old if (r["scheme"], r["text"]) not in done] + rows, open(a.out, "w"), indent=1)
 
 
 if __name__ == "__main__":

