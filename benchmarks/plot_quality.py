@@ -13,7 +13,7 @@ keep = ["naive 2-bit per token", "int2 no-rotation G32", "int2 hadamard G64", "i
         "kivi 2-bit", "int2 hadamard G32 + sink4 + recent128", "kivi 2-bit + recent 128",
         "int2 hadamard G32 + sink4 + recent128 + K-center", "int2 calibrated G32 sink4 recent128 K-offset",
         "int4 hadamard G32", "fp8 e4m3 per-head"]
-by = {r["scheme"]: r for r in rows_all}
+by = {r["scheme"]: r for r in rows_all if r["text"] == "moby-dick"}
 rows = [by[k] for k in keep if k in by]
 W, left, bar, gap = 960, 390, 11, 8
 H = 60 + len(rows) * (2 * bar + gap)

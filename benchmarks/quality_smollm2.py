@@ -52,6 +52,8 @@ def main():
     parts = a.parts.split(",")
     if "standard" in parts:
         schemes += [s for s in standard_schemes() if s.kind != "fp"]
+    if "kivi" in parts:
+        schemes += [s for s in standard_schemes() if s.kind == "kivi"]
     if "windows" in parts:
         schemes += window_schemes()
     if "calibrated" in parts:

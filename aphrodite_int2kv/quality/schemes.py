@@ -118,6 +118,8 @@ def attention_fn(scheme: Scheme, transform: KVTransform, sm_scale: float):
         t = torch.arange(T)[:, None]
         j = torch.arange(T)[None, :]
         full = (j > t - scheme.recent) | (j < scheme.sink)                 # [T, T]
+        if scheme.kind == "kivi":   # KIVI keeps the block still being filled in full precision
+            full = full | (j // 32 == t // 32)
         s = torch.where(full, qh @ kf.transpose(1, 2), qh @ kqh.transpose(1, 2)) * sm_scale
         p = s.masked_fill(j > t, float("-inf")).softmax(-1)
         out = (p * full) @ vf + (p * ~full) @ vqh
