@@ -22,7 +22,7 @@ def _original(fn):
 def pristine(engine):
     """Undo any patch of ours for the duration of a test, then put back what was there."""
     from aphrodite.model_executor.layers.quantization.exl3 import Exl3LinearMethod
-    import aphrodite.lora.layers.utils as lu
+    import aphrodite.lora.layers.utils  # noqa: F401  (loads every module that binds _get_lora_device)
     import sys
 
     saved_shard = Exl3LinearMethod.__dict__["_shard_ids_for_layer"]

@@ -4,7 +4,6 @@ CI runs on the same machine) and real text; rotation files loaded the way the en
 from __future__ import annotations
 
 import json
-import os
 
 import pytest
 import torch

@@ -25,7 +25,7 @@ def x(pct):
 
 
 svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
-       f'<text x="10" y="20" font-size="14">SmolLM2-135M, Moby-Dick, 4 x 1024 tokens: perplexity increase vs full-precision KV (log scale)</text>',
+       '<text x="10" y="20" font-size="14">SmolLM2-135M, Moby-Dick, 4 x 1024 tokens: perplexity increase vs full-precision KV (log scale)</text>',
        f'<rect x="{left}" y="30" width="10" height="10" fill="#3b6ea5"/><text x="{left + 15}" y="39">full window</text>',
        f'<rect x="{left + 110}" y="30" width="10" height="10" fill="#e08a2c"/><text x="{left + 125}" y="39">late half (positions 512-1023)</text>']
 for tick in (1, 10, 100, 1000):
