@@ -10,7 +10,7 @@ from aphrodite_int2kv.int2 import quantizer as Q
 from aphrodite_int2kv.int2 import reference as R
 from aphrodite_int2kv.int2.format import SlotLayout
 from aphrodite_int2kv.int2.rotation import hadamard
-from aphrodite_int2kv.kernels.decode import int2_decode
+from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
 from aphrodite_int2kv.kernels.prefill import int2_prefill
 from aphrodite_int2kv.kernels.store import int2_store
 from aphrodite_int2kv_tests.conftest import DEVICE
@@ -108,6 +108,35 @@ def test_decode_matches_reference(D, G, Hq, Hkv, BS, splits):
     ref = R.decode_reference(q[:3], cache, bt, sl[:3], L, D ** -0.5)
     torch.testing.assert_close(out[:3].float(), ref, atol=ATOL, rtol=0)
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("D,G,Hq,Hkv,batch", [(128, 32, 32, 4, 3), (128, 64, 12, 2, 1), (64, 32, 8, 8, 5),
+                                               (256, 64, 16, 2, 2), (256, 32, 48, 2, 1)])
+def test_decode_with_the_engine_launch_config(D, G, Hq, Hkv, batch):
+    """The launch shape the engine uses (one-warp programs, 8-row head tiles, many splits, so some
+    splits are empty at these lengths) against the reference, in bf16 as the engine runs it."""
+    # the H200's 132 multiprocessors on the GPU; fewer under the (serial) interpreter
+    cfg = decode_launch_config(batch, Hkv, Hq // Hkv, D, num_sms=132 if ON_GPU else 4)
+    assert cfg.num_splits > 1
+    L = SlotLayout(D, G)
+    seq_lens = [300, 17, 1, 64, 129][:batch]
+    cache, bt, _ = paged_cache(L, seq_lens, Hkv, 16, dtype=torch.bfloat16)
+    q = torch.randn(batch, Hq, D, device=DEVICE).to(torch.bfloat16)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, block_n=cfg.block_n,
+                      num_warps=cfg.num_warps, num_stages=cfg.num_stages, block_h=cfg.block_h)
+    ref = R.decode_reference(q.float(), cache, bt, sl, L, D ** -0.5)
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0)
+
+
+def test_decode_launch_config_depends_on_batch_only():
+    """CUDA graphs replay one grid per captured batch size: the split count must not follow the
+    sequence lengths unless the caller asks for it."""
+    a = decode_launch_config(8, 4, 8, 128)
+    assert a == decode_launch_config(8, 4, 8, 128)
+    assert a.num_splits * 8 * 4 >= 16 * 132           # about 16 programs per multiprocessor
+    assert decode_launch_config(8, 4, 8, 128, max_seq_len=1000).num_splits == 3
+    assert decode_launch_config(512, 8, 8, 128).num_splits == 1
 
 
 @pytest.mark.parametrize("lloyd", [False, True])

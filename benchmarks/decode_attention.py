@@ -30,7 +30,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
 from aphrodite_int2kv.int2.format import SlotLayout  # noqa: E402
-from aphrodite_int2kv.kernels.decode import int2_decode, pick_num_splits  # noqa: E402
+from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, pick_num_splits  # noqa: E402
 
 
 def log(*a):
@@ -128,32 +128,46 @@ def bench_aphrodite_triton(timer, q, k, v, block_size, scale):
 
 
 def tune(timer, props, args):
-    """Print int2 decode time for block_n x num_warps on a few shapes (choose defaults from it)."""
-    for Hq, Hkv, D, S, B, G in [(32, 4, 128, 32768, 8, 32), (32, 4, 128, 32768, 64, 32),
-                                (16, 2, 256, 32768, 32, 64), (32, 4, 128, 131072, 1, 32)]:
+    """Print int2 decode time for block_n x num_warps x num_stages x split count on a few shapes
+    (choose defaults from it). Each shape is first checked against a torch reference."""
+    from aphrodite_int2kv.int2 import reference as R
+    configs = [(bn, nw, ns, bh) for bh in (8, 16) for bn, nw, ns in
+               ((32, 1, 3), (64, 1, 3), (32, 2, 3), (64, 2, 3), (64, 4, 3), (128, 4, 3), (128, 4, 4), (128, 8, 3))]
+    for Hq, Hkv, D, S, B, G, mults in [(32, 4, 128, 32768, 8, 32, (4, 8, 16)), (32, 4, 128, 32768, 64, 32, (1, 2)),
+                                       (16, 2, 256, 32768, 32, 64, (4, 8))]:
         L = SlotLayout(D, G)
         blocks = B * math.ceil(S / 16)
         cache = random_int2_cache(L, blocks, 16, Hkv)
         table = torch.randperm(blocks, device="cuda").int().view(B, -1)
         seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
         q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
-        for splits_mult in (1, 2):
-            splits = min(64, pick_num_splits(B, Hkv, S, props.multi_processor_count) * splits_mult)
+        # correctness on the first 2 sequences of 4096 tokens (reference dequantizes in fp32)
+        short = torch.full((B,), 4096, dtype=torch.int32, device="cuda")
+        ref = R.decode_reference(q[:2].float(), cache, table[:2], short[:2], L, D ** -0.5)
+        nbytes = B * S * Hkv * L.slot_bytes
+        base = pick_num_splits(B, Hkv, S, props.multi_processor_count)
+        for splits in sorted({min(256, m * base) for m in mults}):
             res = []
-            for bn in (32, 64, 128):
-                for nw in (2, 4, 8):
-                    try:
-                        us = timer.median_us(lambda: int2_decode(q, cache, table, seq, L, D ** -0.5, splits,
-                                                                 block_n=bn, num_warps=nw), iters=10)
-                    except Exception as exc:
-                        us = float("nan")
-                        log(f"    bn={bn} nw={nw}: {str(exc).splitlines()[0][:80]}")
-                    res.append((us, bn, nw))
-            nbytes = B * S * Hkv * L.slot_bytes
+            for bn, nw, ns, bh in configs:
+                if bh > Hq // Hkv and bh != 16:
+                    continue
+                try:
+                    got = int2_decode(q, cache, table, short, L, D ** -0.5, splits, block_n=bn,
+                                      num_warps=nw, num_stages=ns, block_h=bh)[:2].float()
+                    err = (got - ref).abs().max().item()
+                    if not err < 2e-2:
+                        raise AssertionError(f"max error {err:.3g} vs reference")
+                    us = timer.median_us(lambda: int2_decode(q, cache, table, seq, L, D ** -0.5, splits,
+                                                             block_n=bn, num_warps=nw, num_stages=ns,
+                                                             block_h=bh), iters=10)
+                except Exception as exc:
+                    us = float("nan")
+                    log(f"    bn={bn} nw={nw} ns={ns} bh={bh}: {str(exc).splitlines()[0][:100]}")
+                res.append((us, bn, nw, ns, bh))
             best = min(r for r in res if r[0] == r[0])
             log(f"tune Hq{Hq}/kv{Hkv}/D{D} S={S} B={B} G={G} splits={splits}: " +
-                " ".join(f"{bn}/{nw}:{us:.0f}" for us, bn, nw in res) +
-                f"  best {best[1]}/{best[2]} {best[0]:.0f} us = {nbytes / best[0] / 1e3:.0f} GB/s")
+                 " ".join(f"{bn}/{nw}/{ns}/{bh}:{us:.0f}" for us, bn, nw, ns, bh in res) +
+                f"  best {best[1]}/{best[2]}/{best[3]}/{best[4]} {best[0]:.1f} us = {nbytes / best[0] / 1e3:.0f} GB/s")
         del cache
         torch.cuda.empty_cache()
 
@@ -166,9 +180,7 @@ def main():
     ap.add_argument("--group-sizes", default="32,64")
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--block-n", type=int, default=64)
     ap.add_argument("--max-bf16-bytes", type=float, default=40e9)
-    ap.add_argument("--num-warps", type=int, default=4)
     ap.add_argument("--tune", action="store_true", help="sweep block_n x num_warps on a few shapes first")
     ap.add_argument("--out", default="decode_attention_h200.json")
     args = ap.parse_args()
@@ -207,12 +219,13 @@ def main():
                     table = torch.randperm(blocks, device="cuda").int().view(B, -1)
                     seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
                     q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
-                    splits = pick_num_splits(B, Hkv, S, props.multi_processor_count)
+                    cfg = decode_launch_config(B, Hkv, Hq // Hkv, D, props.multi_processor_count)
+                    splits = cfg.num_splits
                     out = torch.empty_like(q)
                     ws = (torch.empty(B * Hq * splits * D, device="cuda"), torch.empty(B * Hq * splits, device="cuda"))
                     fn = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
-                                             workspace=ws, block_n=args.block_n,
-                                             num_warps=args.num_warps)
+                                             workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                                             num_stages=cfg.num_stages, block_h=cfg.block_h)
                     try:
                         int2_us = timer.median_us(fn, iters=args.iters)
                     except Exception:
@@ -220,7 +233,8 @@ def main():
                         int2_us = float("nan")
                     nbytes = B * S * Hkv * L.slot_bytes
                     row = dict(context_len=S, batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D,
-                               group_size=G, block_size=args.block_size, num_splits=splits,
+                               group_size=G, block_size=args.block_size, num_splits=splits, block_n=cfg.block_n,
+                               num_warps=cfg.num_warps, num_stages=cfg.num_stages, block_h=cfg.block_h,
                                int2_us=round(int2_us, 2),
                                bf16_us=round(bf16[best], 2) if best else None, bf16_kernel=best,
                                bf16_all_us={k: round(v, 2) for k, v in bf16.items()},

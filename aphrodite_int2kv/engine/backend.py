@@ -9,6 +9,7 @@ Queries are rotated into K's basis before the kernels, outputs rotated back out 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import ClassVar
 
 import torch
@@ -22,13 +23,11 @@ from aphrodite_int2kv.engine.options import Int2Options
 from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
-from aphrodite_int2kv.kernels.decode import int2_decode
+from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
 from aphrodite_int2kv.kernels.prefill import int2_prefill
 from aphrodite_int2kv.kernels.store import int2_store
 
 INT2 = "int2"
-# Fixed split count for decode so CUDA-graph capture and replay launch the same grid.
-DECODE_SPLITS = 16
 
 
 def options() -> Int2Options:
@@ -155,6 +154,13 @@ def _layer_index(layer) -> int | None:
     return nums[0] if len(nums) == 1 else None
 
 
+@functools.lru_cache(maxsize=None)
+def _num_sms(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 132
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
     def __init__(self, num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window,
                  kv_cache_dtype, logits_soft_cap=None, attn_type=AttentionType.DECODER,
@@ -236,8 +242,13 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         out_rot = torch.empty_like(q)
         nd = m.num_decode_tokens
         if m.num_decodes:
+            # The launch shape depends on the batch only, so CUDA-graph capture and replay match.
+            cfg = decode_launch_config(m.num_decodes, self.num_kv_heads, self.num_heads // self.num_kv_heads,
+                                       self.head_size, _num_sms(query.device))
             int2_decode(q[:nd], cache, m.block_table[:m.num_decodes], m.seq_lens[:m.num_decodes],
-                        self.layout, self.scale, DECODE_SPLITS, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max)
+                        self.layout, self.scale, cfg.num_splits, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max,
+                        block_n=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                        block_h=cfg.block_h)
         if m.num_prefills:
             k = rotate(key[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rk).to(query.dtype).contiguous()
             v = rotate(value[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rv).to(query.dtype).contiguous()

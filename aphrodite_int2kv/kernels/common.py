@@ -1,17 +1,54 @@
-"""Device helpers shared by the attention kernels: code levels and the per-plane, per-group
-dot products of the planar int2 layout (docs/format.md).
+"""Device helpers shared by the attention kernels: unpacking the planar int2 layout
+(docs/format.md) into dequantized fp16 tiles, and the online-softmax step over one tile.
 
-Dequantized K = level(code) * scale + zero per group, so for a query row q
-    q . k = sum_groups scale_g * (q_g . level(c_g)) + zero_g * sum(q_g)
-which lets the tensor-core dot run on raw code levels and apply scale/zero to the [H, N] result.
-A code plane p holds elements [p*W, (p+1)*W) (W = D/4); a *segment* is the part of a plane that
-lies in one group: SEG = min(G, W) columns, W // SEG segments per plane.
+A code plane p holds elements [p*W, (p+1)*W) (W = D/4) of each token. Each plane is dequantized
+to a [N, W] tile of level(code) * scale + zero and fed to the tensor cores as-is: plane p of K
+meets plane p of q (scores accumulate over the 4 planes: the same as one K = D dot), plane p of V
+produces output columns [p*W, (p+1)*W). A *segment* is the part of a plane that lies in one
+group: SEG = min(G, W) columns, W // SEG segments per plane.
+
+Unpacking on the GPU (uniform levels) uses the fp16 "magic number" trick instead of integer to
+float conversions, which run at a quarter of the FMA rate: two code bytes are spread into the
+low bytes of two fp16 halves (PRMT), the plane's bits are masked and OR-ed into the mantissa of
+M_p = 2**(10 - 2p) (LOP3) -- whose unit in the last place is 4**-p, so the half reads M_p + code --
+and M_p is subtracted exactly (sub.f16x2) before one fma.f16x2 applies scale and zero. That is
+about 1.6 instructions per code. Under TRITON_INTERPRET (no inline assembly) and for Lloyd-Max
+levels the same values come from shifts, masks and conversions.
 """
 
 import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+
+# PTX for one plane, 4 codes per call. Operands: $0, $1 out (fp16 pairs: elements 0-1, 2-3);
+# $2 the 4 code bytes; $3, $4 scale pairs; $5, $6 zero pairs.
+_PLANE_ASM = """
+{{
+.reg .b32 lo, hi, m;
+prmt.b32 lo, $2, 0, 0x5140;
+prmt.b32 hi, $2, 0, 0x5342;
+lop3.b32 lo, lo, {mask}, {magic}, 0xEA;
+lop3.b32 hi, hi, {mask}, {magic}, 0xEA;
+mov.b32 m, {magic};
+sub.f16x2 lo, lo, m;
+sub.f16x2 hi, hi, m;
+fma.rn.f16x2 $0, lo, $3, $5;
+fma.rn.f16x2 $1, hi, $4, $6;
+}}
+"""
+
+
+def _plane_asm(p: int) -> str:
+    half = 0x6400 - (p << 11)            # fp16 bits of 2**(10 - 2p): 1024, 256, 64, 16
+    return _PLANE_ASM.format(mask=hex((0x00030003 << (2 * p)) & 0xFFFFFFFF),
+                             magic=hex(half | (half << 16)))
+
+
+PLANE_ASM_0 = tl.constexpr(_plane_asm(0))
+PLANE_ASM_1 = tl.constexpr(_plane_asm(1))
+PLANE_ASM_2 = tl.constexpr(_plane_asm(2))
+PLANE_ASM_3 = tl.constexpr(_plane_asm(3))
 
 
 @triton.jit
@@ -36,104 +73,105 @@ def column(tile, g: tl.constexpr, NG: tl.constexpr, N: tl.constexpr):
 
 @triton.jit
 def load_meta(meta_f16, nmask, OFF: tl.constexpr, NG: tl.constexpr):
-    """The NG fp16 values at byte offset OFF of each token's slot -> fp32 [N, NG] (one vector
+    """The NG fp16 values at byte offset OFF of each token's slot -> fp16 [N, NG] (one vector
     load per token instead of NG scattered ones)."""
     return tl.load(meta_f16[:, None] + (OFF // 2 + tl.arange(0, NG))[None, :],
-                   mask=nmask[:, None], other=0.0).to(tl.float32)
+                   mask=nmask[:, None], other=0.0)
 
 
 @triton.jit
-def plane_codes(packed, P: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr,
-                L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr):
-    """Plane P of packed uint8 codes as dot operands. Uniform: the masked bits as they sit,
-    i.e. code * 4**P (one AND and one convert per element; callers divide the scale by 4**P).
-    Lloyd-Max: the reconstruction level."""
-    if LLOYD:
-        c = (packed >> (2 * P)) & 3
-        return tl.where(c == 0, L0, tl.where(c == 1, L1, tl.where(c == 2, L2, L3))).to(DOT)
+def plane_meta(tile, P: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
+               NG: tl.constexpr, SEG: tl.constexpr):
+    """Scale (or zero) of every element of plane P: [N, 1] when the plane lies in one group,
+    else [N, W] picking each segment's group."""
+    if W // SEG == 1:
+        return column(tile, (P * W) // G, NG, N)[:, None]
     else:
-        return (packed & (3 << (2 * P))).to(DOT)
+        cols = tl.arange(0, W)[None, :]
+        out = column(tile, (P * W) // G, NG, N)[:, None] + tl.zeros([N, W], tile.dtype)
+        for s in tl.static_range(1, W // SEG):
+            out = tl.where(cols >= s * SEG, column(tile, (P * W + s * SEG) // G, NG, N)[:, None], out)
+        return out
 
 
 @triton.jit
-def plane_scores(scores, q_p, q_p_sum, kbytes, P: tl.constexpr, k_scale, k_zero,
-                 N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
-                 SEG: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr,
-                 L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr):
-    """scores [M, N] += q_p [M, W] . dequant(plane P of kbytes [N, W])^T.
-    k_scale/k_zero: [N, NG] fp32 tiles; q_p_sum: row sums of q_p (used when a plane is one segment)."""
-    # K bytes are loaded token-major ([N, W], each token's bytes contiguous: wide vector loads)
-    # and transposed in registers for the dot.
-    kc = tl.trans(plane_codes(kbytes, P, LLOYD, L0, L1, L2, L3, DOT))
-    UNIT: tl.constexpr = 1.0 if LLOYD else 1.0 / (4 ** P)
-    cols = tl.arange(0, W)
-    for s in tl.static_range(W // SEG):
-        g = (P * W + s * SEG) // G
-        if W // SEG == 1:
-            q_s = q_p
-            q_sum = q_p_sum
+def dequant_plane(packed, P: tl.constexpr, scale, zero, LLOYD: tl.constexpr, L0: tl.constexpr,
+                  L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
+                  FAST: tl.constexpr):
+    """Plane P of packed uint8 codes [N, W] -> level(code) * scale + zero as DOT [N, W]."""
+    if FAST and not LLOYD and DOT == tl.float16:
+        s = scale.to(tl.float16)
+        z = zero.to(tl.float16)
+        if P == 0:
+            asm: tl.constexpr = PLANE_ASM_0
+        elif P == 1:
+            asm: tl.constexpr = PLANE_ASM_1
+        elif P == 2:
+            asm: tl.constexpr = PLANE_ASM_2
         else:
-            q_s = tl.where(((cols >= s * SEG) & (cols < (s + 1) * SEG))[None, :], q_p, 0.0)
-            q_sum = tl.sum(q_s, axis=1)
-        part = tl.dot(q_s.to(DOT), kc)
-        scale = column(k_scale, g, NG, N) * UNIT
-        scores += part * scale[None, :] + q_sum[:, None] * column(k_zero, g, NG, N)[None, :]
-    return scores
-
-
-@triton.jit
-def plane_values(acc_p, p, vbytes, P: tl.constexpr, v_scale, v_zero,
-                 N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
-                 SEG: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr,
-                 L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr):
-    """acc_p [M, W] += p [M, N] . dequant(plane P of vbytes [N, W])."""
-    vc = plane_codes(vbytes, P, LLOYD, L0, L1, L2, L3, DOT)
-    UNIT: tl.constexpr = 1.0 if LLOYD else 1.0 / (4 ** P)
-    cols = tl.arange(0, W)
-    for s in tl.static_range(W // SEG):
-        g = (P * W + s * SEG) // G
-        scale = column(v_scale, g, NG, N) * UNIT
-        zero = column(v_zero, g, NG, N)
-        part = tl.dot((p * scale[None, :]).to(DOT), vc) + tl.sum(p * zero[None, :], axis=1)[:, None]
-        if W // SEG == 1:
-            acc_p += part
+            asm: tl.constexpr = PLANE_ASM_3
+        return tl.inline_asm_elementwise(asm, "=r,=r,r,r,r,r,r", [packed, s, z],
+                                         dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        c = (packed >> (2 * P)) & 3
+        if LLOYD:
+            lvl = tl.where(c == 0, L0, tl.where(c == 1, L1, tl.where(c == 2, L2, L3)))
         else:
-            acc_p += tl.where(((cols >= s * SEG) & (cols < (s + 1) * SEG))[None, :], part, 0.0)
-    return acc_p
+            lvl = c.to(tl.float32)
+        return (lvl * scale.to(tl.float32) + zero.to(tl.float32)).to(DOT)
 
 
 @triton.jit
-def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qs0, qs1, qs2, qs3,
+def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
               cache_u8, cache_f16, slot, nmask, qk_scale,
               ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
               SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
               OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
-              L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr):
-    """One tile of N int2 tokens for ROWS query rows: QK^T on the code planes, online-softmax update,
-    P.V accumulation. slot: byte offsets [N] of the tokens' slots (valid where nmask); q0..q3 the
-    query planes, qs0..qs3 their row sums. Returns the updated (m_i, l_i, acc0, acc1, acc2, acc3)."""
+              L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
+              FAST: tl.constexpr):
+    """One tile of N int2 tokens for ROWS query rows: QK^T over the dequantized K planes,
+    online-softmax update, P.V into the four output planes. slot: byte offsets [N] of the tokens'
+    slots (valid where nmask); q0..q3: the query planes as DOT [ROWS, W].
+    Returns the updated (m_i, l_i, acc0, acc1, acc2, acc3)."""
     cols = tl.arange(0, W)
     meta = cache_f16 + slot // 2                      # slots are 16-byte aligned
     kbytes = tl.load(cache_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
+    vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
     k_scale = load_meta(meta, nmask, OFF_KS, NG)
     k_zero = load_meta(meta, nmask, OFF_KZ, NG)
+    v_scale = load_meta(meta, nmask, OFF_VS, NG)
+    v_zero = load_meta(meta, nmask, OFF_VZ, NG)
+
+    # K is dequantized token-major ([N, W]: each token's bytes contiguous, wide loads) and
+    # transposed for the dot.
     s = tl.zeros([ROWS, N], tl.float32)
-    s = plane_scores(s, q0, qs0, kbytes, 0, k_scale, k_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-    s = plane_scores(s, q1, qs1, kbytes, 1, k_scale, k_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-    s = plane_scores(s, q2, qs2, kbytes, 2, k_scale, k_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-    s = plane_scores(s, q3, qs3, kbytes, 3, k_scale, k_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+    s = tl.dot(q0, tl.trans(dequant_plane(kbytes, 0, plane_meta(k_scale, 0, N, W, G, NG, SEG),
+                                          plane_meta(k_zero, 0, N, W, G, NG, SEG), LLOYD, L0, L1, L2, L3, DOT, FAST)), s)
+    s = tl.dot(q1, tl.trans(dequant_plane(kbytes, 1, plane_meta(k_scale, 1, N, W, G, NG, SEG),
+                                          plane_meta(k_zero, 1, N, W, G, NG, SEG), LLOYD, L0, L1, L2, L3, DOT, FAST)), s)
+    s = tl.dot(q2, tl.trans(dequant_plane(kbytes, 2, plane_meta(k_scale, 2, N, W, G, NG, SEG),
+                                          plane_meta(k_zero, 2, N, W, G, NG, SEG), LLOYD, L0, L1, L2, L3, DOT, FAST)), s)
+    s = tl.dot(q3, tl.trans(dequant_plane(kbytes, 3, plane_meta(k_scale, 3, N, W, G, NG, SEG),
+                                          plane_meta(k_zero, 3, N, W, G, NG, SEG), LLOYD, L0, L1, L2, L3, DOT, FAST)), s)
     s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
 
     m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    alpha = tl.exp2(m_i - m_new)
-    p = tl.exp2(s - m_new[:, None])
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)       # rows that have seen nothing yet
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
+    pd = p.to(DOT)
 
-    v_scale = load_meta(meta, nmask, OFF_VS, NG)
-    v_zero = load_meta(meta, nmask, OFF_VZ, NG)
-    vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
-    acc0 = plane_values(acc0 * alpha[:, None], p, vbytes, 0, v_scale, v_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-    acc1 = plane_values(acc1 * alpha[:, None], p, vbytes, 1, v_scale, v_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-    acc2 = plane_values(acc2 * alpha[:, None], p, vbytes, 2, v_scale, v_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
-    acc3 = plane_values(acc3 * alpha[:, None], p, vbytes, 3, v_scale, v_zero, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT)
+    acc0 = tl.dot(pd, dequant_plane(vbytes, 0, plane_meta(v_scale, 0, N, W, G, NG, SEG),
+                                    plane_meta(v_zero, 0, N, W, G, NG, SEG), LLOYD, L0, L1, L2, L3, DOT, FAST),
+                  acc0 * alpha[:, None])
+    acc1 = tl.dot(pd, dequant_plane(vbytes, 1, plane_meta(v_scale, 1, N, W, G, NG, SEG),
+                                    plane_meta(v_zero, 1, N, W, G, NG, SEG), LLOYD, L0, L1, L2, L3, DOT, FAST),
+                  acc1 * alpha[:, None])
+    acc2 = tl.dot(pd, dequant_plane(vbytes, 2, plane_meta(v_scale, 2, N, W, G, NG, SEG),
+                                    plane_meta(v_zero, 2, N, W, G, NG, SEG), LLOYD, L0, L1, L2, L3, DOT, FAST),
+                  acc2 * alpha[:, None])
+    acc3 = tl.dot(pd, dequant_plane(vbytes, 3, plane_meta(v_scale, 3, N, W, G, NG, SEG),
+                                    plane_meta(v_zero, 3, N, W, G, NG, SEG), LLOYD, L0, L1, L2, L3, DOT, FAST),
+                  acc3 * alpha[:, None])
     return m_new, l_i, acc0, acc1, acc2, acc3

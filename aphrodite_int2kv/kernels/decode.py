@@ -17,6 +17,8 @@ Queries come in, and outputs go out, in the rotated basis (the caller rotates).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 import triton
 import triton.language as tl
@@ -35,13 +37,14 @@ def _int2_decode_split_kernel(
     seq_lens_ptr,                                # [B] int32
     part_out_ptr, part_lse_ptr,                  # [B, Hq, NUM_SPLITS, D] fp32, [B, Hq, NUM_SPLITS] fp32
     qk_scale,                                    # softmax scale * log2(e)
+    num_splits,                                  # runtime: one compiled kernel serves every split count
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
     RATIO: tl.constexpr, TILES: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
-    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, NUM_SPLITS: tl.constexpr,
+    BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
     OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
-    DOT: tl.constexpr,
+    DOT: tl.constexpr, FAST: tl.constexpr,
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
 ):
     W: tl.constexpr = D // 4
@@ -63,17 +66,16 @@ def _int2_decode_split_kernel(
         hmask = in_group < RATIO
 
     seq_len = tl.load(seq_lens_ptr + batch)
-    per_split = tl.cdiv(tl.cdiv(seq_len, NUM_SPLITS), BLOCK_N) * BLOCK_N
+    per_split = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * per_split
     end = tl.minimum(start + per_split, seq_len)
 
     cols = tl.arange(0, W)
     q_rows = q_ptr + batch * stride_qb + q_head[:, None] * stride_qh + cols[None, :]
-    q0 = tl.load(q_rows + 0 * W, mask=hmask[:, None], other=0.0).to(tl.float32)
-    q1 = tl.load(q_rows + 1 * W, mask=hmask[:, None], other=0.0).to(tl.float32)
-    q2 = tl.load(q_rows + 2 * W, mask=hmask[:, None], other=0.0).to(tl.float32)
-    q3 = tl.load(q_rows + 3 * W, mask=hmask[:, None], other=0.0).to(tl.float32)
-    qs0, qs1, qs2, qs3 = tl.sum(q0, axis=1), tl.sum(q1, axis=1), tl.sum(q2, axis=1), tl.sum(q3, axis=1)
+    q0 = tl.load(q_rows + 0 * W, mask=hmask[:, None], other=0.0).to(DOT)
+    q1 = tl.load(q_rows + 1 * W, mask=hmask[:, None], other=0.0).to(DOT)
+    q2 = tl.load(q_rows + 2 * W, mask=hmask[:, None], other=0.0).to(DOT)
+    q3 = tl.load(q_rows + 3 * W, mask=hmask[:, None], other=0.0).to(DOT)
 
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
@@ -88,13 +90,13 @@ def _int2_decode_split_kernel(
         page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qs0, qs1, qs2, qs3,
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
             cache_u8, cache_f16, slot, nmask, qk_scale, BLOCK_H, BLOCK_N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST)
 
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
-    row = (batch * NUM_Q_HEADS + q_head) * NUM_SPLITS + split
+    row = (batch * NUM_Q_HEADS + q_head) * num_splits + split
     out_rows = part_out_ptr + row[:, None] * D + cols[None, :]
     tl.store(out_rows + 0 * W, acc0 * inv_l[:, None], mask=hmask[:, None])
     tl.store(out_rows + 1 * W, acc1 * inv_l[:, None], mask=hmask[:, None])
@@ -132,23 +134,55 @@ def dot_dtype(activation_dtype: torch.dtype):
 
 def pick_num_splits(batch: int, programs_per_seq: int, max_seq_len: int, num_sms: int = 132,
                     max_splits: int = 64, min_tokens_per_split: int = 256) -> int:
-    """Enough programs to fill the GPU about twice, never splits shorter than min_tokens."""
+    """Enough programs to fill the GPU about twice, never splits shorter than min_tokens.
+    (Used for aphrodite's own bf16 decode in the benchmark; int2 uses decode_launch_config.)"""
     want = -(-2 * num_sms // max(1, batch * programs_per_seq))
     cap = max(1, max_seq_len // min_tokens_per_split)
     return max(1, min(want, cap, max_splits))
 
 
 def block_h_for(ratio: int) -> int:
-    """Query-head tile: tl.dot needs >= 16 rows; larger groups tile by 16 (or 32 when the
-    whole group fits, which halves the KV reads for ratios 17..32)."""
-    return 16 if ratio <= 16 else 32 if ratio <= 32 else 16
+    """Query-head tile: the whole group when it has <= 8 heads (tl.dot pads M to the tensor-core
+    tile, but softmax and accumulators stay at 8 rows), else 16 (or 32 when the whole group fits,
+    which halves the KV reads for ratios 17..32)."""
+    return 8 if ratio <= 8 else 16 if ratio <= 16 else 32 if ratio <= 32 else 16
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeLaunch:
+    num_splits: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+    block_h: int
+
+
+def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: int,
+                         num_sms: int = 132, max_seq_len: int | None = None) -> DecodeLaunch:
+    """Launch shape of the split-KV decode, from the H200 sweep in benchmarks/results/
+    (decode_tune_h200.log): one-warp programs (no cross-warp softmax reductions) and about 16
+    programs per multiprocessor win at head_dim <= 128; head_dim 256 prefers two warps.
+    Depends only on the batch and head shapes (not on sequence lengths) unless max_seq_len is
+    given, so a CUDA graph captured for a batch size replays the same grid; each program then
+    divides its sequence's actual length by the split count."""
+    block_h = block_h_for(ratio)
+    tiles = -(-ratio // block_h)
+    programs_per_split = max(1, batch * num_kv_heads * tiles)
+    splits = -(-16 * num_sms // programs_per_split)
+    if max_seq_len is not None:
+        splits = min(splits, max(1, max_seq_len // 256))
+    splits = max(1, min(splits, 256))
+    if head_dim <= 128:
+        return DecodeLaunch(splits, 64, 1, 3, block_h)
+    return DecodeLaunch(splits, 64, 2, 3, block_h)
 
 
 def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
                 seq_lens: torch.Tensor, layout: SlotLayout, sm_scale: float, num_splits: int,
                 out: torch.Tensor | None = None, lloyd_max: bool = False,
                 workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
-                block_n: int = 64, num_warps: int = 4, _upstream_head_map: bool = False) -> torch.Tensor:
+                block_n: int = 64, num_warps: int = 4, num_stages: int | None = None, block_h: int | None = None,
+                _upstream_head_map: bool = False) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -163,7 +197,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     assert kv_cache.dtype == torch.uint8 and kv_cache.shape[-1] == layout.slot_bytes
     assert kv_cache.stride(-1) == 1 and q_rot.stride(-1) == 1 and D == layout.head_dim
     ratio = Hq // Hkv
-    block_h = 16 if _upstream_head_map else block_h_for(ratio)
+    if block_h is None:
+        block_h = 16 if _upstream_head_map else block_h_for(ratio)
     tiles = triton.cdiv(ratio, block_h)
     grid_heads = triton.cdiv(Hq, min(block_h, ratio)) if _upstream_head_map else Hkv * tiles
     if out is None:
@@ -179,14 +214,14 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         kv_cache, kv_cache.view(torch.float16),
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
         block_table, block_table.stride(0), seq_lens,
-        part_out, part_lse, sm_scale * LOG2E,
+        part_out, part_lse, sm_scale * LOG2E, num_splits,
         BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size,
         RATIO=ratio, TILES=tiles, NUM_Q_HEADS=Hq, BLOCK_H=block_h, BLOCK_N=block_n,
-        NUM_SPLITS=num_splits,
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
         OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
         LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
-        DOT=dot_dtype(q_rot.dtype), UPSTREAM_HEAD_MAP=_upstream_head_map, num_warps=num_warps,
+        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), UPSTREAM_HEAD_MAP=_upstream_head_map, num_warps=num_warps,
+        **({} if num_stages is None else {"num_stages": num_stages}),
     )
     _int2_decode_merge_kernel[(B, Hq)](
         part_out, part_lse, out, out.stride(0), out.stride(1),

@@ -15,6 +15,7 @@ import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels.common import LOG2E, int2_tile
+from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.decode import dot_dtype
 
 
@@ -31,7 +32,7 @@ def _int2_prefill_kernel(
     OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
     OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
-    DOT: tl.constexpr,
+    DOT: tl.constexpr, FAST: tl.constexpr,
 ):
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
@@ -51,11 +52,10 @@ def _int2_prefill_kernel(
     rmask = rows < q_len
     cols = tl.arange(0, W)
     q_rows = q_ptr + (q_start + rows)[:, None] * stride_qt + q_head * stride_qh + cols[None, :]
-    q0 = tl.load(q_rows + 0 * W, mask=rmask[:, None], other=0.0).to(tl.float32)
-    q1 = tl.load(q_rows + 1 * W, mask=rmask[:, None], other=0.0).to(tl.float32)
-    q2 = tl.load(q_rows + 2 * W, mask=rmask[:, None], other=0.0).to(tl.float32)
-    q3 = tl.load(q_rows + 3 * W, mask=rmask[:, None], other=0.0).to(tl.float32)
-    qs0, qs1, qs2, qs3 = tl.sum(q0, axis=1), tl.sum(q1, axis=1), tl.sum(q2, axis=1), tl.sum(q3, axis=1)
+    q0 = tl.load(q_rows + 0 * W, mask=rmask[:, None], other=0.0).to(DOT)
+    q1 = tl.load(q_rows + 1 * W, mask=rmask[:, None], other=0.0).to(DOT)
+    q2 = tl.load(q_rows + 2 * W, mask=rmask[:, None], other=0.0).to(DOT)
+    q3 = tl.load(q_rows + 3 * W, mask=rmask[:, None], other=0.0).to(DOT)
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -71,9 +71,9 @@ def _int2_prefill_kernel(
         page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qs0, qs1, qs2, qs3,
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
             cache_u8, cache_f16, slot, nmask, qk_scale, BLOCK_M, BLOCK_N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT)
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST)
 
     # Phase 2: the chunk itself in full precision, causal (chunk key j visible to row i if j <= i).
     chunk_end = tl.minimum(q_len, (q_block + 1) * BLOCK_M)
@@ -82,10 +82,10 @@ def _int2_prefill_kernel(
         kmask = keys < chunk_end
         k_rows = k_ptr + (q_start + keys)[None, :] * stride_kt + kv_head * stride_kh + cols[:, None]
         v_rows = v_ptr + (q_start + keys)[:, None] * stride_vt + kv_head * stride_vh + cols[None, :]
-        s = tl.dot(q0.to(DOT), tl.load(k_rows + 0 * W, mask=kmask[None, :], other=0.0).to(DOT))
-        s += tl.dot(q1.to(DOT), tl.load(k_rows + 1 * W, mask=kmask[None, :], other=0.0).to(DOT))
-        s += tl.dot(q2.to(DOT), tl.load(k_rows + 2 * W, mask=kmask[None, :], other=0.0).to(DOT))
-        s += tl.dot(q3.to(DOT), tl.load(k_rows + 3 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        s = tl.dot(q0, tl.load(k_rows + 0 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        s += tl.dot(q1, tl.load(k_rows + 1 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        s += tl.dot(q2, tl.load(k_rows + 2 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        s += tl.dot(q3, tl.load(k_rows + 3 * W, mask=kmask[None, :], other=0.0).to(DOT))
         visible = kmask[None, :] & (keys[None, :] <= rows[:, None])
         s = tl.where(visible, s * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -138,6 +138,6 @@ def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, se
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
         OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
         LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
-        DOT=dot_dtype(q_rot.dtype), num_warps=4,
+        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), num_warps=4,
     )
     return out
