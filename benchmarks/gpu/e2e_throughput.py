@@ -31,6 +31,17 @@ CONFIGS = {
     },
 }
 
+# Qwen3.5-27B-like hybrid (Gated DeltaNet + full attention, 1 attention layer in 4), built on the
+# Qwen3_5ForConditionalGeneration config written by make_models.py (--base-config), text part only.
+HYBRID_TEXT = {
+    "hidden_size": 5120, "intermediate_size": 17408, "num_hidden_layers": 64,
+    "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256,
+    "linear_num_key_heads": 16, "linear_num_value_heads": 48, "linear_key_head_dim": 128,
+    "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4,
+    "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 16,
+    "vocab_size": 248320, "max_position_embeddings": 262144,
+}
+
 
 class CapacityLog(logging.Handler):
     """Collects the engine's own capacity lines (printed by the engine core in this process)."""
@@ -40,13 +51,16 @@ class CapacityLog(logging.Handler):
 
     def emit(self, record):
         msg = record.getMessage()
-        if "KV cache size" in msg or "Maximum concurrency" in msg or "int2 KV cache active" in msg:
+        if any(k in msg for k in ("KV cache size", "Maximum concurrency", "int2 KV cache active",
+                                  "attention block size", "mamba page size")):
             self.lines.append(msg)
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--model-config", default="dense8b", choices=sorted(CONFIGS))
+    ap.add_argument("--model-config", default="dense8b", choices=sorted(CONFIGS) + ["hybrid27b"])
+    ap.add_argument("--base-config", default="/tmp/models/qwen35/config.json",
+                    help="hybrid27b: the tiny Qwen3.5 config.json whose text part is scaled up")
     ap.add_argument("--kv", default="int2")
     ap.add_argument("--context", type=int, default=32768)
     ap.add_argument("--concurrency", default="8")
@@ -58,8 +72,13 @@ def main():
 
     path = f"/tmp/cfg-{a.model_config}"
     os.makedirs(path, exist_ok=True)
+    if a.model_config == "hybrid27b":
+        cfg = json.load(open(a.base_config))
+        cfg["text_config"].update(HYBRID_TEXT)
+    else:
+        cfg = CONFIGS[a.model_config]
     with open(f"{path}/config.json", "w") as f:
-        json.dump(CONFIGS[a.model_config], f)
+        json.dump(cfg, f)
 
     os.environ.setdefault("APHRODITE_ENABLE_V1_MULTIPROCESSING", "0")   # engine logs in this process
     from aphrodite import LLM, SamplingParams
@@ -73,6 +92,8 @@ def main():
               max_num_seqs=256)
     if a.kv != "int2":
         kw["attention_config"] = {"backend": "TRITON_ATTN"}
+    if a.model_config == "hybrid27b":
+        kw.update(language_model_only=True, gdn_prefill_backend="triton")
     t0 = time.perf_counter()
     llm = LLM(**kw)
     init_s = time.perf_counter() - t0
@@ -91,8 +112,13 @@ def main():
 
     import torch
     g = torch.Generator().manual_seed(0)
+    # warm-up: Triton compiles the prefill/decode kernels at first use; keep that out of the timing
+    t = time.perf_counter()
+    llm.generate([TokensPrompt(prompt_token_ids=torch.randint(1000, 100000, (9000,), generator=g).tolist())] * 2,
+                 SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, detokenize=False), use_tqdm=False)
+    print(f"[{a.kv}] warm-up {time.perf_counter() - t:.1f} s", flush=True)
     rows = []
-    for C in [int(c) for c in a.concurrency.split(",")]:
+    for C in [int(c) for c in a.concurrency.split(",") if c]:
         prompts = [TokensPrompt(prompt_token_ids=torch.randint(1000, 100000, (a.context,), generator=g).tolist())
                    for _ in range(C)]
         short = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, detokenize=False)
@@ -110,12 +136,18 @@ def main():
             t_long = time.perf_counter() - t
             n_out = sum(len(o.outputs[0].token_ids) for o in outs)
             assert n_out == C * (1 + a.decode), n_out
+            assert t_long > t_short, f"decode run ({t_long:.2f} s) not longer than prefill run ({t_short:.2f} s)"
             row.update(batch_ttft_s=round(t_short, 2), total_s=round(t_long, 2),
                        decode_tok_s=round(C * a.decode / max(1e-9, t_long - t_short), 1))
         except Exception as exc:   # e.g. more concurrency than the cache holds: recorded, not hidden
             row.update(error=f"{type(exc).__name__}: {str(exc)[:300]}")
         print("ROW " + json.dumps(row), flush=True)
         rows.append(row)
+    if not rows:   # capacity only
+        rows.append(dict(model=a.model_config, kv_cache_dtype=a.kv, context_len=a.context,
+                         gpu_memory_utilization=a.gpu_mem, kv_tokens=kv_tokens, max_concurrency=max_conc,
+                         cuda_graphs=not a.eager, engine_lines=cap_lines))
+        print("ROW " + json.dumps(rows[-1])[:600], flush=True)
     with open(a.out, "a") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
