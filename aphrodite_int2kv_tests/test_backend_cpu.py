@@ -100,3 +100,85 @@ def test_padded_tokens_are_not_stored(impl):
     impl.do_kv_cache_update(layer, k, k, engine_view(cache), torch.tensor([3, -1, -1, 17], device=DEVICE))
     written = (cache != 7).flatten(2).any(-1).flatten()           # per token slot
     assert written.nonzero().flatten().tolist() == [3, 17]
+
+
+def _rotation_file(tmp_path, offsets=None, per_head=False):
+    from aphrodite_int2kv.int2.rotation import save_rotation_file
+
+    g = torch.Generator().manual_seed(3)
+    if per_head:   # a different orthogonal matrix per KV head
+        rot = torch.stack([torch.linalg.qr(torch.randn(D, D, generator=g))[0] for _ in range(HKV)])
+    else:
+        rot = hadamard(D)
+    path = str(tmp_path / "k.pt")
+    save_rotation_file(path, {0: rot}, None if offsets is None else {0: {"k_offset": offsets}})
+    return path, rot
+
+
+def _run_prefill_then_decode(impl, k, v, q):
+    """Prompt of T-1 tokens as one prefill, then decode of the last token; returns both outputs."""
+    layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
+    T = k.shape[0]
+    L = SlotLayout(D, 32)
+    cache = torch.zeros(8, BS, HKV, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
+    block_table = torch.tensor([[4, 1, 6, 2]], dtype=torch.int32, device=DEVICE)
+    outs = []
+    for start, n, decodes in ((0, T - 1, 0), (T - 1, 1, 1)):
+        sl = _slots(block_table, 0, start, n)
+        impl.do_kv_cache_update(layer, k[start:start + n].reshape(n, -1), v[start:start + n].reshape(n, -1),
+                                engine_view(cache), sl)
+        out = torch.empty(n, HQ * D, device=DEVICE)
+        impl.forward(layer, q[start:start + n].reshape(n, -1), k[start:start + n].reshape(n, -1),
+                     v[start:start + n].reshape(n, -1), engine_view(cache),
+                     _meta([start + n], [n], block_table, sl, decodes), output=out)
+        outs.append(out.view(n, HQ, D))
+    return outs
+
+
+def test_k_centering_from_the_rotation_file(engine, monkeypatch, tmp_path):
+    """K with a large per-channel constant (as post-RoPE K has): storing K - c changes no attention
+    weight in full precision (q.c is the same for every key), and with 2-bit codes it removes most
+    of the error, in prefill and in decode."""
+    from aphrodite_int2kv.engine.backend import Int2AttentionImpl
+
+    torch.manual_seed(1)
+    T = 40
+    c = 6.0 * torch.randn(HKV, D, device=DEVICE)
+    k = torch.randn(T, HKV, D, device=DEVICE) + c
+    v, q = torch.randn(T, HKV, D, device=DEVICE), torch.randn(T, HQ, D, device=DEVICE)
+    exact = R.attend(q, k, v, D ** -0.5, causal_offset=0)
+    # full precision: centering is exact
+    torch.testing.assert_close(R.attend(q, k - c, v, D ** -0.5, causal_offset=0), exact, atol=1e-5, rtol=0)
+
+    monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", "32")
+    errors = {}
+    for name, offsets in (("plain", None), ("centered", c.cpu())):
+        path, _ = _rotation_file(tmp_path, offsets)
+        monkeypatch.setenv("APHRODITE_INT2KV_K_ROTATION", path)
+        impl = Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
+        prefill, decode = _run_prefill_then_decode(impl, k, v, q)
+        # a first prefill chunk attends in full precision: centered or not, it is exact
+        torch.testing.assert_close(prefill, exact[:T - 1], atol=1e-4, rtol=0)
+        errors[name] = (decode - exact[T - 1:]).norm() / exact[T - 1:].norm()
+    assert errors["centered"] < 0.5 * errors["plain"], errors
+
+
+def test_per_kv_head_rotation_file_with_grouped_queries(engine, monkeypatch, tmp_path):
+    """A calibrated file holds one rotation per KV head; each query head must use its KV head's."""
+    from aphrodite_int2kv.engine.backend import Int2AttentionImpl
+
+    torch.manual_seed(2)
+    path, rot = _rotation_file(tmp_path, per_head=True)
+    monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", "32")
+    monkeypatch.setenv("APHRODITE_INT2KV_K_ROTATION", path)
+    impl = Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
+    T = 30
+    k, v, q = torch.randn(T, HKV, D, device=DEVICE), torch.randn(T, HKV, D, device=DEVICE), torch.randn(T, HQ, D, device=DEVICE)
+    _, decode = _run_prefill_then_decode(impl, k, v, q)
+    # reference: keys quantized in their head's rotated basis, attention in the original basis
+    H = hadamard(D).to(DEVICE)
+    rk = rot.to(DEVICE)
+    kq = torch.einsum("the,hde->thd", fake_quantize(torch.einsum("thd,hde->the", k, rk), 32), rk)
+    vq = R.rotate(fake_quantize(R.rotate(v, H), 32), H.T)
+    ref = R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1)
+    torch.testing.assert_close(decode, ref, atol=1e-4, rtol=0)

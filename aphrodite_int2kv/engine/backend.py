@@ -187,18 +187,21 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         self.num_heads, self.num_kv_heads, self.head_size = num_heads, num_kv_heads, head_size
         self.scale = float(scale)
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
-        self._rot = None  # (R_k, R_v) on the device, built on first use
+        self._rot = None  # (R_q, R_k, R_v) on the device, built on first use
+        self._k_center = None
         from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
 
         # 0.21-0.23 hand the cache as [blocks, block_size, kv_heads, slot]; 0.24's LBNHC layout
         # arrives as the logical [blocks, kv_heads, block_size, slot] view of the same bytes.
         self._heads_first = not shape_based_kv_api()
 
-    # -- rotations ----------------------------------------------------------------------------
+    # -- rotations and K centering ----------------------------------------------------------
     def _rotations(self, layer, device):
+        """(R_k for queries [D,D] or [Hq,D,D], R_k for keys, R_v); also sets self._k_center, the
+        rotated K offset [Hkv, D] from the K rotation file's 'k_offset' (None when absent)."""
         if self._rot is None:
-            mats = []
-            for source in (self.opts.k_rotation, self.opts.v_rotation):
+            mats, offset = [], None
+            for which, source in (("K", self.opts.k_rotation), ("V", self.opts.v_rotation)):
                 if source == "hadamard":
                     m = hadamard(self.head_size)
                 elif source == "none":
@@ -208,18 +211,41 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                     if idx is None:
                         raise Int2ConfigError(f"int2 KV: cannot tell the layer index of "
                                               f"{getattr(layer, 'layer_name', layer)!r} to pick its rotation")
-                    m = load_rotation_file(source, self.head_size, self.num_kv_heads, [idx])[idx]["rotation"]
+                    entry = load_rotation_file(source, self.head_size, self.num_kv_heads, [idx])[idx]
+                    m = entry["rotation"]
+                    if which == "K" and "k_offset" in entry:
+                        offset = entry["k_offset"]
+                        if offset.shape[0] not in (1, self.num_kv_heads):
+                            raise Int2ConfigError(
+                                f"int2 KV rotation file {source!r}, layer {idx}: k_offset has "
+                                f"{offset.shape[0]} heads; this layer has {self.num_kv_heads} KV heads "
+                                f"(per rank) -- give one offset or one per KV head")
                 mats.append(m.to(device))
-            self._rot = tuple(mats)
+            rk, rv = mats
+            # queries of KV head h use K head h's rotation
+            rq = rk if rk.dim() == 2 or rk.shape[0] == 1 else \
+                rk.repeat_interleave(self.num_heads // self.num_kv_heads, 0)
+            if offset is not None:
+                # softmax ignores q.c (the same for every key), so storing K - c changes no attention
+                # weight but frees the 2-bit range from the per-channel constant (docs/format.md)
+                offset = offset.to(device).expand(self.num_kv_heads, self.head_size)
+                self._k_center = rotate(offset[None], rk)[0]
+            self._rot = (rq, rk, rv)
         return self._rot
+
+    def _keys(self, key, n, rk):
+        k = rotate(key[:n].view(n, self.num_kv_heads, self.head_size), rk)
+        if self._k_center is not None:
+            k = k - self._k_center
+        return k
 
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
         if self.kv_sharing_target_layer_name is not None:
             return
         cache = self._cache_view(kv_cache)
         n = slot_mapping.shape[0]
-        rk, rv = self._rotations(layer, key.device)
-        k = rotate(key[:n].view(n, self.num_kv_heads, self.head_size), rk).to(key.dtype).contiguous()
+        _, rk, rv = self._rotations(layer, key.device)
+        k = self._keys(key, n, rk).to(key.dtype).contiguous()
         v = rotate(value[:n].view(n, self.num_kv_heads, self.head_size), rv).to(value.dtype).contiguous()
         int2_store(k, v, slot_mapping, cache, self.layout, self.opts.k_clip, self.opts.v_clip, self.opts.lloyd_max)
 
@@ -237,8 +263,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         m = attn_metadata
         n = m.num_actual_tokens
         cache = self._cache_view(kv_cache)
-        rk, rv = self._rotations(layer, query.device)
-        q = rotate(query[:n].view(n, self.num_heads, self.head_size), rk).to(query.dtype).contiguous()
+        rq, rk, rv = self._rotations(layer, query.device)
+        q = rotate(query[:n].view(n, self.num_heads, self.head_size), rq).to(query.dtype).contiguous()
         out_rot = torch.empty_like(q)
         nd = m.num_decode_tokens
         if m.num_decodes:
@@ -250,7 +276,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                         block_n=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
                         block_h=cfg.block_h)
         if m.num_prefills:
-            k = rotate(key[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rk).to(query.dtype).contiguous()
+            k = self._keys(key[nd:], n - nd, rk).to(query.dtype).contiguous()
             v = rotate(value[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rv).to(query.dtype).contiguous()
             qsl = m.query_start_loc[m.num_decodes:] - m.query_start_loc[m.num_decodes]
             int2_prefill(q[nd:], k, v, cache, m.block_table[m.num_decodes:], qsl.to(torch.int32),

@@ -74,5 +74,8 @@ class Int2Options:
 
     def describe(self) -> str:
         quant = "Lloyd-Max" if self.lloyd_max else "uniform"
+        from aphrodite_int2kv.int2.rotation import file_has_k_offsets
+
+        center = self.k_rotation not in ("hadamard", "none") and file_has_k_offsets(self.k_rotation)
         return (f"G={self.group_size} {quant} K-rot={self.k_rotation} V-rot={self.v_rotation} "
-                f"clip K/V={self.k_clip}/{self.v_clip}")
+                f"clip K/V={self.k_clip}/{self.v_clip} K-center={'file offsets' if center else 'off'}")

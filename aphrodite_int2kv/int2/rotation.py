@@ -108,6 +108,15 @@ def load_rotation_file(path: str, head_dim: int, num_kv_heads: int | None,
     return out
 
 
+def file_has_k_offsets(path: str) -> bool:
+    """Whether a K rotation file carries 'k_offset' entries (the engine then centers K)."""
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+        return any(isinstance(e, dict) and "k_offset" in e for e in data["layers"].values())
+    except Exception:
+        return False
+
+
 def save_rotation_file(path: str, per_layer: dict[int, torch.Tensor], extra: dict | None = None) -> None:
     layers = {int(i): {"rotation": t.float().contiguous()} for i, t in per_layer.items()}
     for i, more in (extra or {}).items():
