@@ -170,3 +170,24 @@ def test_rotation_file_missing_layer_and_missing_file(tmp_path):
     bad.write_text("not a torch file")
     with pytest.raises(Int2ConfigError, match="cannot be read"):
         load_rotation_file(str(bad), 64, None, [0])
+
+
+def test_rotation_file_heads_are_split_across_tensor_parallel_ranks(tmp_path):
+    """A calibrated file covers all KV heads; each TP rank must load its own heads (and offsets)."""
+    from aphrodite_int2kv.int2.rotation import load_rotation_file, save_rotation_file, select_local_heads
+
+    D, H = 64, 4
+    rots = torch.stack([torch.linalg.qr(torch.randn(D, D))[0] for _ in range(H)])
+    offs = torch.arange(H, dtype=torch.float32)[:, None].expand(H, D).contiguous()
+    path = str(tmp_path / "k.pt")
+    save_rotation_file(path, {0: rots}, {0: {"k_offset": offs}})
+    for rank in range(2):
+        got = load_rotation_file(path, D, 2, [0], tp=(rank, 2))[0]
+        torch.testing.assert_close(got["rotation"], rots[2 * rank:2 * rank + 2])
+        assert got["k_offset"][:, 0].tolist() == [2 * rank, 2 * rank + 1]
+    # 2 KV heads over 4 ranks: each head replicated on two ranks
+    assert [int(select_local_heads(offs[:2], 1, r, 4)[0, 0]) for r in range(4)] == [0, 0, 1, 1]
+    # a shared rotation stays shared; a head count that fits no split is reported
+    assert select_local_heads(rots[:1], 2, 1, 2).shape[0] == 1
+    with pytest.raises(Exception, match="rotation has shape"):
+        load_rotation_file(path, D, 3, [0], tp=(0, 2))

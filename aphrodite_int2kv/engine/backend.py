@@ -154,6 +154,17 @@ def _layer_index(layer) -> int | None:
     return nums[0] if len(nums) == 1 else None
 
 
+def _tp() -> tuple[int, int]:
+    """(rank, world size) of tensor parallelism; (0, 1) when no group is set up (tests)."""
+    try:
+        from aphrodite.distributed import (get_tensor_model_parallel_rank,
+                                           get_tensor_model_parallel_world_size)
+
+        return get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
+    except Exception:
+        return 0, 1
+
+
 @functools.lru_cache(maxsize=None)
 def _num_sms(device: torch.device) -> int:
     if device.type != "cuda":
@@ -211,7 +222,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                     if idx is None:
                         raise Int2ConfigError(f"int2 KV: cannot tell the layer index of "
                                               f"{getattr(layer, 'layer_name', layer)!r} to pick its rotation")
-                    entry = load_rotation_file(source, self.head_size, self.num_kv_heads, [idx])[idx]
+                    entry = load_rotation_file(source, self.head_size, self.num_kv_heads, [idx], _tp())[idx]
                     m = entry["rotation"]
                     if which == "K" and "k_offset" in entry:
                         offset = entry["k_offset"]

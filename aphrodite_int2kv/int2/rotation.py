@@ -75,9 +75,26 @@ def validate_rotation(t, head_dim: int, num_kv_heads: int | None, where: str) ->
     return t.float().contiguous()
 
 
+def select_local_heads(t: torch.Tensor, local_heads: int, tp_rank: int, tp_size: int) -> torch.Tensor:
+    """Per-KV-head tensors in a file cover the model's KV heads; under tensor parallelism a rank
+    holds `local_heads` of them: heads [rank*local, (rank+1)*local), or, when there are fewer KV
+    heads than ranks (each replicated), head rank * heads // tp_size. Shared ([1, ...]) tensors
+    and tensors that already have `local_heads` heads pass unchanged."""
+    n = t.shape[0]
+    if tp_size <= 1 or n in (1, local_heads):
+        return t
+    if n == local_heads * tp_size:
+        return t[tp_rank * local_heads:(tp_rank + 1) * local_heads]
+    if local_heads == 1 and n < tp_size and tp_size % n == 0:
+        h = tp_rank * n // tp_size
+        return t[h:h + 1]
+    return t   # validation below names the mismatch
+
+
 def load_rotation_file(path: str, head_dim: int, num_kv_heads: int | None,
-                       layers: list[int]) -> dict[int, dict[str, torch.Tensor]]:
-    """Load and validate a rotation file for the given attention layer indices."""
+                       layers: list[int], tp: tuple[int, int] = (0, 1)) -> dict[int, dict[str, torch.Tensor]]:
+    """Load and validate a rotation file for the given attention layer indices; `tp` =
+    (rank, world size) picks this rank's KV heads from per-head tensors."""
     if not os.path.isfile(path):
         raise Int2ConfigError(f"int2 KV rotation file {path!r} does not exist")
     try:
@@ -99,12 +116,16 @@ def load_rotation_file(path: str, head_dim: int, num_kv_heads: int | None,
         where = f"int2 KV rotation file {path!r}, layer {i}"
         if not isinstance(entry, dict) or "rotation" not in entry:
             raise Int2ConfigError(f"{where}: expected a dict with key 'rotation'")
-        out[i] = {"rotation": validate_rotation(entry["rotation"], head_dim, num_kv_heads, where)}
+        rot = entry["rotation"]
+        if isinstance(rot, torch.Tensor) and rot.dim() == 3 and num_kv_heads:
+            rot = select_local_heads(rot, num_kv_heads, *tp)
+        out[i] = {"rotation": validate_rotation(rot, head_dim, num_kv_heads, where)}
         if "k_offset" in entry:
             off = entry["k_offset"]
             if not isinstance(off, torch.Tensor) or off.shape[-1] != head_dim or not torch.isfinite(off).all():
                 raise Int2ConfigError(f"{where}: k_offset must be a finite tensor [..., {head_dim}]")
-            out[i]["k_offset"] = off.float().reshape(-1, head_dim)
+            off = off.float().reshape(-1, head_dim)
+            out[i]["k_offset"] = select_local_heads(off, num_kv_heads, *tp) if num_kv_heads else off
     return out
 
 

@@ -19,12 +19,13 @@ def main():
     ap.add_argument("--graph", action="store_true")
     ap.add_argument("--lm-only", action="store_true")
     ap.add_argument("--max-tokens", type=int, default=24)
+    ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
     a = ap.parse_args()
     from aphrodite import LLM, SamplingParams
 
     kw = dict(model=a.model, tokenizer=a.model, dtype="bfloat16", max_model_len=2048,
               gpu_memory_utilization=0.3, enforce_eager=not a.graph, seed=0,
-              kv_cache_dtype=a.kv, gdn_prefill_backend="triton")
+              kv_cache_dtype=a.kv, gdn_prefill_backend="triton", tensor_parallel_size=a.tp)
     if a.kv != "int2":
         kw["attention_config"] = {"backend": "TRITON_ATTN"}
     if a.lm_only:
@@ -36,7 +37,7 @@ def main():
                "Namespaces are one honking great idea", "Errors should never pass silently. " * 12]
     sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=1)
     outs = llm.generate(prompts, sp, use_tqdm=False)
-    res = {"label": a.label, "kv": a.kv, "graph": a.graph, "init_s": round(init_s, 1),
+    res = {"label": a.label, "kv": a.kv, "graph": a.graph, "tp": a.tp, "init_s": round(init_s, 1),
            "tokens": [list(o.outputs[0].token_ids) for o in outs],
            "logprobs": [[round(float(next(iter(lp.values())).logprob), 4) for lp in o.outputs[0].logprobs]
                         for o in outs]}
