@@ -67,6 +67,25 @@ def test_create_engine_config_with_int2_on_a_dense_model(registered, tmp_path):
     assert STR_DTYPE_TO_TORCH_DTYPE["int2"] is torch.uint8
 
 
+def test_speculative_decoding_is_refused_at_start_up(registered, tmp_path):
+    """int2 + speculative decoding is not verified: the worker's metadata builder stops start-up
+    with an error naming the feature and the way out; without speculation nothing is raised."""
+    from aphrodite.engine.arg_utils import EngineArgs
+
+    from aphrodite_int2kv.engine.backend import check_engine_features
+    from aphrodite_int2kv.int2.format import Int2ConfigError
+
+    base = dict(model=_dense_dir(tmp_path), kv_cache_dtype="int2", max_model_len=1024, skip_tokenizer_init=True)
+    check_engine_features(EngineArgs(**base).create_engine_config())
+    try:
+        cfg = EngineArgs(**base, speculative_config={"method": "ngram", "num_speculative_tokens": 2,
+                                                     "prompt_lookup_max": 3}).create_engine_config()
+    except Exception as exc:   # an engine version may refuse ngram on CPU before we can
+        pytest.skip(f"this engine cannot build an ngram speculative config here: {exc}")
+    with pytest.raises(Int2ConfigError, match="speculative decoding.*--speculative-config"):
+        check_engine_features(cfg)
+
+
 def test_custom_backend_slot_points_at_int2(registered):
     from aphrodite.v1.attention.backends.registry import AttentionBackendEnum
 

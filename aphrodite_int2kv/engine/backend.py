@@ -104,12 +104,24 @@ class Int2Metadata(AttentionMetadata):
     num_prefills: int
 
 
+def check_engine_features(aphrodite_config) -> None:
+    """Engine features int2 does not support yet stop start-up here (the builder runs in every
+    worker before the first step) instead of running unverified."""
+    spec = getattr(aphrodite_config, "speculative_config", None)
+    if spec is not None:
+        raise Int2ConfigError(
+            "--kv-cache-dtype int2 does not support speculative decoding yet (speculative_config "
+            f"method={getattr(spec, 'method', '?')!r}): start without --speculative-config, or use "
+            "--kv-cache-dtype auto/fp8 for speculative decoding")
+
+
 class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
     # FULL CUDA graphs for pure one-token decode batches; prefills run piecewise.
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
 
     def __init__(self, kv_cache_spec, layer_names, aphrodite_config, device):
         super().__init__(kv_cache_spec, layer_names, aphrodite_config, device)
+        check_engine_features(aphrodite_config)
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=False)
         _log_active(kv_cache_spec, layer_names)
 
