@@ -3,7 +3,7 @@
 token 78,003, CPU): the standard table of `aphrodite-int2kv eval`, the window / K-centering sweep,
 and calibrated rotations (files from `aphrodite-int2kv calibrate`).
 
-  python benchmarks/quality_smollm2.py --parts standard,windows,calibrated --calibrated DIR --out FILE
+  python benchmarks/quality_smollm2.py --parts standard,windows,calibrated,engine --calibrated DIR --out FILE
 Rows already in FILE for the same scheme and text are replaced; others are kept.
 State of the Union (the reference protocol's second text): --text sotu --windows 2 --start 48232
 """
@@ -39,6 +39,26 @@ def calibrated_schemes(d):
     return out
 
 
+def engine_schemes(d):
+    """What the engine does today without windows: Hadamard rotations plus the calibrated static K
+    offsets (a K rotation file with 'k_offset', as the engine loads it), with and without the
+    sink/recent windows that are not in the engine yet."""
+    import tempfile
+
+    import torch
+
+    from aphrodite_int2kv.int2.rotation import hadamard, save_rotation_file
+
+    data = torch.load(os.path.join(d, "k_rotation.pt"), weights_only=True)["layers"]
+    rots = {i: hadamard(e["rotation"].shape[-1]) for i, e in data.items()}
+    offs = {i: {"k_offset": e["k_offset"]} for i, e in data.items()}
+    path = os.path.join(tempfile.mkdtemp(), "k_hadamard_offsets.pt")
+    save_rotation_file(path, rots, offs)
+    return [Scheme(f"int2 hadamard G32 sink{sink} recent{recent} static K-offset", "int2", group_size=32,
+                   k_rotation=path, center=True, sink=sink, recent=recent)
+            for sink, recent in ((0, 0), (4, 128))]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--parts", default="standard,windows")
@@ -58,6 +78,8 @@ def main():
         schemes += window_schemes()
     if "calibrated" in parts:
         schemes += calibrated_schemes(a.calibrated)
+    if "engine" in parts:
+        schemes += engine_schemes(a.calibrated)
     rows = evaluate(schemes, text=a.text, windows=a.windows, start=a.start)
     print_table(rows)
     old = json.load(open(a.out)) if os.path.exists(a.out) else []
