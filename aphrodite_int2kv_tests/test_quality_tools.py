@@ -39,7 +39,7 @@ def test_make_rotation_writes_files_the_engine_loads(tmp_path, nested, monkeypat
 
     impl = Int2AttentionImpl(8, 128, 128 ** -0.5, 2, None, None, "int2")
     layer = type("L", (), {"layer_name": "language_model.model.layers.3.self_attn.attn"})()
-    rk, rv = impl._rotations(layer, "cpu")
+    _, rk, rv = impl._rotations(layer, "cpu")
     assert torch.allclose(rk, k[3]["rotation"])
 
 

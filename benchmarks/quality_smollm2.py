@@ -54,9 +54,14 @@ def engine_schemes(d):
     offs = {i: {"k_offset": e["k_offset"]} for i, e in data.items()}
     path = os.path.join(tempfile.mkdtemp(), "k_hadamard_offsets.pt")
     save_rotation_file(path, rots, offs)
-    return [Scheme(f"int2 hadamard G32 sink{sink} recent{recent} static K-offset", "int2", group_size=32,
+    rows = [Scheme(f"int2 hadamard G32 sink{sink} recent{recent} static K-offset", "int2", group_size=32,
                    k_rotation=path, center=True, sink=sink, recent=recent)
-            for sink, recent in ((0, 0), (4, 128))]
+            for sink, recent in ((0, 0), (0, 128), (4, 128))]
+    # sinks kept in int2 but not centered (no bf16 sink cache needed)
+    rows += [Scheme(f"int2 hadamard G32 sink0 recent{recent} static K-offset, first 4 uncentered", "int2",
+                    group_size=32, k_rotation=path, center=True, center_skip=4, recent=recent)
+             for recent in (0, 128)]
+    return rows
 
 
 def main():
@@ -80,6 +85,8 @@ def main():
         schemes += calibrated_schemes(a.calibrated)
     if "engine" in parts:
         schemes += engine_schemes(a.calibrated)
+    if "skip" in parts:   # only the uncentered-sink rows
+        schemes += [x for x in engine_schemes(a.calibrated) if x.center_skip]
     rows = evaluate(schemes, text=a.text, windows=a.windows, start=a.start)
     print_table(rows)
     old = json.load(open(a.out)) if os.path.exists(a.out) else []

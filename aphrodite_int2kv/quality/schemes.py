@@ -28,6 +28,7 @@ class Scheme:
     recent: int = 0              # last R tokens of each query's context kept in full precision
     sink: int = 0                # first S tokens kept in full precision
     center: bool = False         # subtract a per-head K offset (mean of the first 32 keys) first
+    center_skip: int = 0         # ...except for the first N tokens, stored uncentered in int2
 
     def bits_per_element(self, head_dim: int, context: int = 32768) -> float:
         base = {"fp": 16.0, "fp8": 8.0,
@@ -101,7 +102,16 @@ class KVTransform:
         slots = encode_slots(rotate(k - offset, rk), rotate(v, rv), self.layout, s.k_clip, s.v_clip,
                              s.lloyd_max)
         kd, vd = decode_slots(slots, self.layout, s.lloyd_max)
-        return rotate(kd, rk.transpose(-1, -2)) + offset, rotate(vd, rv.transpose(-1, -2))
+        k_rec = rotate(kd, rk.transpose(-1, -2)) + offset
+        if s.center and s.center_skip:
+            # the first tokens (attention sinks: atypical keys) quantized without the offset; a
+            # kernel keeps scores consistent by subtracting q.c for them
+            n = min(s.center_skip, k.shape[0])
+            first = encode_slots(rotate(k[:n], rk), rotate(v[:n], rv), self.layout, s.k_clip, s.v_clip,
+                                 s.lloyd_max)
+            k_rec = torch.cat([rotate(decode_slots(first, self.layout, s.lloyd_max)[0], rk.transpose(-1, -2)),
+                               k_rec[n:]])
+        return k_rec, rotate(vd, rv.transpose(-1, -2))
 
 
 def attention_fn(scheme: Scheme, transform: KVTransform, sm_scale: float):
