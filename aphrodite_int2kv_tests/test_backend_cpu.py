@@ -125,12 +125,12 @@ def _run_prefill_then_decode(impl, k, v, q):
     outs = []
     for start, n, decodes in ((0, T - 1, 0), (T - 1, 1, 1)):
         sl = _slots(block_table, 0, start, n)
+        meta = _meta([start + n], [n], block_table, sl, decodes)
         impl.do_kv_cache_update(layer, k[start:start + n].reshape(n, -1), v[start:start + n].reshape(n, -1),
-                                engine_view(cache), sl)
+                                engine_view(cache), sl, attn_metadata=meta)
         out = torch.empty(n, HQ * D, device=DEVICE)
         impl.forward(layer, q[start:start + n].reshape(n, -1), k[start:start + n].reshape(n, -1),
-                     v[start:start + n].reshape(n, -1), engine_view(cache),
-                     _meta([start + n], [n], block_table, sl, decodes), output=out)
+                     v[start:start + n].reshape(n, -1), engine_view(cache), meta, output=out)
         outs.append(out.view(n, HQ, D))
     return outs
 
@@ -151,6 +151,7 @@ def test_k_centering_from_the_rotation_file(engine, monkeypatch, tmp_path):
     torch.testing.assert_close(R.attend(q, k - c, v, D ** -0.5, causal_offset=0), exact, atol=1e-5, rtol=0)
 
     monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", "32")
+    monkeypatch.setenv("APHRODITE_INT2KV_K_CENTER_SKIP", "0")   # every key has the offset here
     errors = {}
     for name, offsets in (("plain", None), ("centered", c.cpu())):
         path, _ = _rotation_file(tmp_path, offsets)
@@ -161,6 +162,44 @@ def test_k_centering_from_the_rotation_file(engine, monkeypatch, tmp_path):
         torch.testing.assert_close(prefill, exact[:T - 1], atol=1e-4, rtol=0)
         errors[name] = (decode - exact[T - 1:]).norm() / exact[T - 1:].norm()
     assert errors["centered"] < 0.5 * errors["plain"], errors
+
+
+@pytest.mark.parametrize("skip", [0, 4])
+def test_k_centering_keeps_the_first_tokens_uncentered(engine, monkeypatch, tmp_path, skip):
+    """APHRODITE_INT2KV_K_CENTER_SKIP: the first `skip` tokens are quantized without the offset and
+    their scores get -q.c, so attention equals a reference built from exactly those reconstructions;
+    the first token is an atypical key near the origin (an attention sink)."""
+    from aphrodite_int2kv.engine.backend import Int2AttentionImpl
+
+    torch.manual_seed(4)
+    T = 40
+    c = 6.0 * torch.randn(HKV, D, device=DEVICE)
+    k = torch.randn(T, HKV, D, device=DEVICE) + c
+    k[0] = 0.1 * torch.randn(HKV, D, device=DEVICE)
+    v, q = torch.randn(T, HKV, D, device=DEVICE), torch.randn(T, HQ, D, device=DEVICE)
+    path, _ = _rotation_file(tmp_path, c.cpu())
+    monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", "32")
+    monkeypatch.setenv("APHRODITE_INT2KV_K_ROTATION", path)
+    monkeypatch.setenv("APHRODITE_INT2KV_K_CENTER_SKIP", str(skip))
+    impl = Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
+    _, decode = _run_prefill_then_decode(impl, k, v, q)
+    H = hadamard(D).to(DEVICE)
+    centered = R.rotate(fake_quantize(R.rotate(k - c, H), 32), H.T) + c
+    plain = R.rotate(fake_quantize(R.rotate(k, H), 32), H.T)
+    idx = torch.arange(T, device=DEVICE)[:, None, None]
+    kq = torch.where(idx < skip, plain, centered)
+    vq = R.rotate(fake_quantize(R.rotate(v, H), 32), H.T)
+    ref = R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1)
+    torch.testing.assert_close(decode, ref, atol=1e-4, rtol=0)
+
+
+def test_token_positions_from_the_batch(engine):
+    from aphrodite_int2kv.engine.backend import token_positions
+
+    qsl = torch.tensor([0, 1, 4, 9], dtype=torch.int32)     # a decode, a 3-token and a 5-token chunk
+    seq = torch.tensor([10, 3, 25], dtype=torch.int32)
+    # two padded tokens at the end (CUDA-graph padding) just continue the last request
+    assert token_positions(qsl, seq, 11).tolist() == [9, 0, 1, 2, 20, 21, 22, 23, 24, 25, 26]
 
 
 def test_per_kv_head_rotation_file_with_grouped_queries(engine, monkeypatch, tmp_path):

@@ -148,6 +148,8 @@ def test_sliding_window_layers_are_refused_with_the_fix(registered):
     ({"APHRODITE_INT2KV_LLOYD_MAX": "1", "APHRODITE_INT2KV_V_CLIP": "0.9"}, "Lloyd-Max"),
     ({"APHRODITE_INT2KV_LLOYD_MAX": "maybe"}, "LLOYD_MAX='maybe' is not 0 or 1"),
     ({"APHRODITE_INT2KV_K_ROTATION": "/nope/rot.pt"}, "K_ROTATION='/nope/rot.pt'"),
+    ({"APHRODITE_INT2KV_K_CENTER_SKIP": "-1"}, "K_CENTER_SKIP=-1 must be between 0 and 256"),
+    ({"APHRODITE_INT2KV_K_CENTER_SKIP": "four"}, "K_CENTER_SKIP='four' is not an integer"),
 ])
 def test_option_errors_name_the_variable(env, match):
     with pytest.raises(Int2ConfigError, match=match):

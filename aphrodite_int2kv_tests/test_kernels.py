@@ -225,6 +225,38 @@ def test_prefill_matches_reference(D, G, Hq, Hkv, BS, prefixes, chunks):
     torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("S", [1, 4, 20])
+def test_uncentered_sink_positions_get_q_dot_c_subtracted(S):
+    """K centering keeps the first S positions uncentered in the cache; decode and prefill subtract
+    q.c from exactly those scores (positions S-1 / S are the boundary; a sequence shorter than S and
+    a prefill chunk that starts inside the sinks are included)."""
+    D, Hq, Hkv = 128, 6, 2
+    L = SlotLayout(D, 32)
+    seq_lens = [37, 3, 150, S]
+    cache, bt, _ = paged_cache(L, seq_lens, Hkv, 16)
+    c = 3.0 * torch.randn(Hkv, D, device=DEVICE)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    qc = (q * c.repeat_interleave(Hq // Hkv, 0)[None]).sum(-1)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, sink_qc=qc, sinks=S)
+    ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5, sinks=S, k_center=c)
+    torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
+    assert (out.float() - R.decode_reference(q, cache, bt, sl, L, D ** -0.5)).abs().max() > 10 * ATOL
+
+    chunks = [5, 2, 30, 1]
+    prefixes = [n - c_ for n, c_ in zip(seq_lens, chunks)]          # 32, 1 (inside the sinks), 120, S-1
+    T = sum(chunks)
+    qp = torch.randn(T, Hq, D, device=DEVICE)
+    kp, vp = torch.randn(T, Hkv, D, device=DEVICE), torch.randn(T, Hkv, D, device=DEVICE)
+    qcp = (qp * c.repeat_interleave(Hq // Hkv, 0)[None]).sum(-1)
+    qsl = torch.tensor([0] + list(torch.tensor(chunks).cumsum(0)), dtype=torch.int32, device=DEVICE)
+    outp = int2_prefill(qp, kp, vp, cache, bt, qsl, sl, max(chunks), L, D ** -0.5, block_m=32, block_n=32,
+                        sink_qc=qcp, sinks=S)
+    refp = R.prefill_reference(qp, kp, vp, cache, bt, qsl, sl, L, D ** -0.5, sinks=S, k_center=c)
+    torch.testing.assert_close(outp.float(), refp, atol=ATOL, rtol=0)
+    assert prefixes[1] == 1
+
+
 def test_prefill_of_last_token_equals_decode():
     """A one-token extend over the cache equals decode over the same tokens once that token is
     stored (the prefill sees it in full precision, decode quantized: compare to each reference)."""

@@ -184,6 +184,36 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def token_positions(query_start_loc, seq_lens, n: int) -> torch.Tensor:
+    """Absolute position of each of the batch's n new tokens (request r's new tokens are the last
+    q_len_r of its seq_len). Device ops only, so CUDA-graph capture records it; padded tokens past
+    the last request continue its positions (they are never stored: slot -1)."""
+    idx = torch.arange(n, device=query_start_loc.device, dtype=query_start_loc.dtype)
+    ends = query_start_loc[1:].contiguous()
+    req = torch.searchsorted(ends, idx, right=True).clamp(max=ends.shape[0] - 1)
+    first = seq_lens - (query_start_loc[1:] - query_start_loc[:-1])
+    return first[req] + idx - query_start_loc[req]
+
+
+def _layer_metadata(layer):
+    """This layer's attention metadata from the engine's forward context; None when there is none
+    (no context, or the profiling run). A context whose metadata we cannot read is an error: the
+    sinks would be stored centered and read as uncentered."""
+    try:
+        from aphrodite.forward_context import get_forward_context
+
+        am = get_forward_context().attn_metadata
+    except Exception:
+        return None
+    if am is None:
+        return None
+    name = getattr(layer, "layer_name", None)
+    if isinstance(am, dict) and name in am:
+        return am[name]
+    raise Int2ConfigError(f"int2 KV: cannot find the attention metadata of layer {name!r} to place the "
+                          f"uncentered sink tokens; set APHRODITE_INT2KV_K_CENTER_SKIP=0 to center every token")
+
+
 class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
     def __init__(self, num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window,
                  kv_cache_dtype, logits_soft_cap=None, attn_type=AttentionType.DECODER,
@@ -256,19 +286,41 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             self._rot = (rq, rk, rv)
         return self._rot
 
-    def _keys(self, key, n, rk):
+    def _keys(self, key, n, rk, positions=None):
+        """Rotated keys, centered when the K file has offsets; with `positions`, the first
+        k_center_skip positions of each sequence (the attention sinks) stay uncentered."""
         k = rotate(key[:n].view(n, self.num_kv_heads, self.head_size), rk)
         if self._k_center is not None:
-            k = k - self._k_center
+            if positions is None:
+                k = k - self._k_center
+            else:
+                keep = (positions[:n] >= self.opts.k_center_skip).to(k.dtype)[:, None, None]
+                k = k - keep * self._k_center
         return k
 
-    def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping):
+    def _sinks(self) -> int:
+        return self.opts.k_center_skip if self._k_center is not None else 0
+
+    def _sink_qc(self, q):
+        """q . c per token and query head (fp32 [T, Hq]), c the rotated K offset of its KV head."""
+        c = self._k_center.repeat_interleave(self.num_heads // self.num_kv_heads, 0)
+        return (q.float() * c[None]).sum(-1).contiguous()
+
+
+
+    def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping, attn_metadata=None):
         if self.kv_sharing_target_layer_name is not None:
             return
         cache = self._cache_view(kv_cache)
         n = slot_mapping.shape[0]
         _, rk, rv = self._rotations(layer, key.device)
-        k = self._keys(key, n, rk).to(key.dtype).contiguous()
+        positions = None
+        if self._sinks():
+            # the sinks are stored uncentered: which new tokens are among a sequence's first ones
+            m = attn_metadata if attn_metadata is not None else _layer_metadata(layer)
+            if m is not None:
+                positions = token_positions(m.query_start_loc, m.seq_lens, n)
+        k = self._keys(key, n, rk, positions).to(key.dtype).contiguous()
         v = rotate(value[:n].view(n, self.num_kv_heads, self.head_size), rv).to(value.dtype).contiguous()
         int2_store(k, v, slot_mapping, cache, self.layout, self.opts.k_clip, self.opts.v_clip, self.opts.lloyd_max)
 
@@ -290,6 +342,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         q = rotate(query[:n].view(n, self.num_heads, self.head_size), rq).to(query.dtype).contiguous()
         out_rot = torch.empty_like(q)
         nd = m.num_decode_tokens
+        sinks = self._sinks()
+        qc = self._sink_qc(q) if sinks else None
         if m.num_decodes:
             # The launch shape depends on the batch only, so CUDA-graph capture and replay match.
             cfg = decode_launch_config(m.num_decodes, self.num_kv_heads, self.num_heads // self.num_kv_heads,
@@ -297,14 +351,15 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             int2_decode(q[:nd], cache, m.block_table[:m.num_decodes], m.seq_lens[:m.num_decodes],
                         self.layout, self.scale, cfg.num_splits, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max,
                         block_n=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                        block_h=cfg.block_h)
+                        block_h=cfg.block_h, sink_qc=qc[:nd] if sinks else None, sinks=sinks)
         if m.num_prefills:
             k = self._keys(key[nd:], n - nd, rk).to(query.dtype).contiguous()
             v = rotate(value[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rv).to(query.dtype).contiguous()
             qsl = m.query_start_loc[m.num_decodes:] - m.query_start_loc[m.num_decodes]
             int2_prefill(q[nd:], k, v, cache, m.block_table[m.num_decodes:], qsl.to(torch.int32),
                          m.seq_lens[m.num_decodes:], m.max_query_len, self.layout, self.scale,
-                         out=out_rot[nd:], lloyd_max=self.opts.lloyd_max)
+                         out=out_rot[nd:], lloyd_max=self.opts.lloyd_max,
+                         sink_qc=qc[nd:] if sinks else None, sinks=sinks)
         out = unrotate_output(out_rot, rv, self.num_kv_heads)
         output[:n].view(n, self.num_heads, self.head_size).copy_(out)
         return output

@@ -51,17 +51,26 @@ def attend(q, k, v, sm_scale, causal_offset: int | None = None):
     return torch.einsum("hqk,khd->qhd", s.softmax(-1), vv)
 
 
+def _center_sinks(k, sinks: int, k_center):
+    """K centering: the cache holds centered keys except the first `sinks` positions (uncentered);
+    bring those to the centered basis too (k_center [Hkv, D], rotated)."""
+    if sinks and k_center is not None and k.shape[0]:
+        k = k.clone()
+        k[:sinks] -= k_center.to(k)
+    return k
+
+
 def decode_reference(q_rot, kv_cache, block_table, seq_lens, layout: SlotLayout, sm_scale,
-                     lloyd_max=False):
+                     lloyd_max=False, sinks: int = 0, k_center=None):
     outs = []
     for b in range(q_rot.shape[0]):
         k, v = gather_sequence(kv_cache, block_table[b], int(seq_lens[b]), layout, lloyd_max)
-        outs.append(attend(q_rot[b:b + 1], k, v, sm_scale))
+        outs.append(attend(q_rot[b:b + 1], _center_sinks(k, sinks, k_center), v, sm_scale))
     return torch.cat(outs)
 
 
 def prefill_reference(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, seq_lens,
-                      layout: SlotLayout, sm_scale, lloyd_max=False):
+                      layout: SlotLayout, sm_scale, lloyd_max=False, sinks: int = 0, k_center=None):
     """New tokens attend to the int2 prefix (seq_len - q_len tokens, dequantized) and, causally,
     to the current chunk in full precision."""
     out = torch.empty(q_rot.shape, dtype=torch.float32, device=q_rot.device)
@@ -69,7 +78,7 @@ def prefill_reference(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_lo
         s, e = int(query_start_loc[b]), int(query_start_loc[b + 1])
         prefix = int(seq_lens[b]) - (e - s)
         kp, vp = gather_sequence(kv_cache, block_table[b], prefix, layout, lloyd_max)
-        k = torch.cat([kp, k_rot[s:e].float()])
+        k = torch.cat([_center_sinks(kp, sinks, k_center), k_rot[s:e].float()])
         v = torch.cat([vp, v_rot[s:e].float()])
         out[s:e] = attend(q_rot[s:e], k, v, sm_scale, causal_offset=prefix)
     return out

@@ -123,15 +123,17 @@ def dequant_plane(packed, P: tl.constexpr, scale, zero, LLOYD: tl.constexpr, L0:
 
 @triton.jit
 def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-              cache_u8, cache_f16, slot, nmask, qk_scale,
+              cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc,
               ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
               SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
               OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
               L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
-              FAST: tl.constexpr):
+              FAST: tl.constexpr, SINKS: tl.constexpr):
     """One tile of N int2 tokens for ROWS query rows: QK^T over the dequantized K planes,
     online-softmax update, P.V into the four output planes. slot: byte offsets [N] of the tokens'
-    slots (valid where nmask); q0..q3: the query planes as DOT [ROWS, W].
+    slots (valid where nmask); q0..q3: the query planes as DOT [ROWS, W]. With K centering, the
+    first SINKS positions of a sequence are stored uncentered: their scores get -q.c (qc [ROWS],
+    tok [N] the tokens' positions) so that every score is the uncentered one minus the same q.c.
     Returns the updated (m_i, l_i, acc0, acc1, acc2, acc3)."""
     cols = tl.arange(0, W)
     meta = cache_f16 + slot // 2                      # slots are 16-byte aligned
@@ -153,6 +155,8 @@ def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
                                           plane_meta(k_zero, 2, N, W, G, NG, SEG), LLOYD, L0, L1, L2, L3, DOT, FAST)), s)
     s = tl.dot(q3, tl.trans(dequant_plane(kbytes, 3, plane_meta(k_scale, 3, N, W, G, NG, SEG),
                                           plane_meta(k_zero, 3, N, W, G, NG, SEG), LLOYD, L0, L1, L2, L3, DOT, FAST)), s)
+    if SINKS > 0:
+        s = s - tl.where(tok[None, :] < SINKS, qc[:, None], 0.0)
     s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
 
     m_new = tl.maximum(m_i, tl.max(s, axis=1))

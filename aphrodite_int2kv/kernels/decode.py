@@ -38,13 +38,14 @@ def _int2_decode_split_kernel(
     part_out_ptr, part_lse_ptr,                  # [B, Hq, NUM_SPLITS, D] fp32, [B, Hq, NUM_SPLITS] fp32
     qk_scale,                                    # softmax scale * log2(e)
     num_splits,                                  # runtime: one compiled kernel serves every split count
+    qc_ptr, stride_qcb,                          # [B, Hq] fp32 q.c (K centering with SINKS > 0)
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
     RATIO: tl.constexpr, TILES: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
     OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
     OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
-    DOT: tl.constexpr, FAST: tl.constexpr,
+    DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr,
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
 ):
     W: tl.constexpr = D // 4
@@ -77,6 +78,10 @@ def _int2_decode_split_kernel(
     q2 = tl.load(q_rows + 2 * W, mask=hmask[:, None], other=0.0).to(DOT)
     q3 = tl.load(q_rows + 3 * W, mask=hmask[:, None], other=0.0).to(DOT)
 
+    if SINKS > 0:
+        qc = tl.load(qc_ptr + batch * stride_qcb + q_head, mask=hmask, other=0.0)
+    else:
+        qc = tl.zeros([BLOCK_H], tl.float32)
     m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_H], tl.float32)
     acc0 = tl.zeros([BLOCK_H, W], tl.float32)
@@ -91,8 +96,8 @@ def _int2_decode_split_kernel(
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-            cache_u8, cache_f16, slot, nmask, qk_scale, BLOCK_H, BLOCK_N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST)
+            cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, BLOCK_H, BLOCK_N, W, G, NG, SEG,
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
 
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
@@ -182,13 +187,15 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 out: torch.Tensor | None = None, lloyd_max: bool = False,
                 workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
                 block_n: int = 64, num_warps: int = 4, num_stages: int | None = None, block_h: int | None = None,
-                _upstream_head_map: bool = False) -> torch.Tensor:
+                sink_qc: torch.Tensor | None = None, sinks: int = 0, _upstream_head_map: bool = False) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
     (page ids); seq_lens [B] int32, the number of cached tokens to attend (current token included).
     `num_splits` is fixed by the caller so grids are identical between CUDA-graph capture and replay;
     `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated buffers, optional.
+    K centering: with `sinks` > 0, positions < sinks hold uncentered keys and `sink_qc` [B, Hq]
+    (fp32, q_rot . c_rot of the query's KV head) is subtracted from their scores.
     """
     B, Hq, D = q_rot.shape
     Hkv = kv_cache.shape[2]
@@ -215,12 +222,13 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
         block_table, block_table.stride(0), seq_lens,
         part_out, part_lse, sm_scale * LOG2E, num_splits,
+        sink_qc if sinks else part_lse, sink_qc.stride(0) if sinks else 0,
         BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size,
         RATIO=ratio, TILES=tiles, NUM_Q_HEADS=Hq, BLOCK_H=block_h, BLOCK_N=block_n,
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
         OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
         LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
-        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), UPSTREAM_HEAD_MAP=_upstream_head_map, num_warps=num_warps,
+        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), SINKS=int(sinks), UPSTREAM_HEAD_MAP=_upstream_head_map, num_warps=num_warps,
         **({} if num_stages is None else {"num_stages": num_stages}),
     )
     _int2_decode_merge_kernel[(B, Hq)](

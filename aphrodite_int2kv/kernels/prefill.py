@@ -27,12 +27,13 @@ def _int2_prefill_kernel(
     cache_u8, cache_f16, stride_cb, stride_cs, stride_ch,
     block_table_ptr, stride_bt, query_start_ptr, seq_lens_ptr,
     qk_scale,
+    qc_ptr, stride_qct,                          # [T, Hq] fp32 q.c (K centering with SINKS > 0)
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr, RATIO: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
     OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
-    DOT: tl.constexpr, FAST: tl.constexpr,
+    DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr,
 ):
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
@@ -57,6 +58,10 @@ def _int2_prefill_kernel(
     q2 = tl.load(q_rows + 2 * W, mask=rmask[:, None], other=0.0).to(DOT)
     q3 = tl.load(q_rows + 3 * W, mask=rmask[:, None], other=0.0).to(DOT)
 
+    if SINKS > 0:
+        qc = tl.load(qc_ptr + (q_start + rows) * stride_qct + q_head, mask=rmask, other=0.0)
+    else:
+        qc = tl.zeros([BLOCK_M], tl.float32)
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
     acc0 = tl.zeros([BLOCK_M, W], tl.float32)
@@ -72,8 +77,8 @@ def _int2_prefill_kernel(
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-            cache_u8, cache_f16, slot, nmask, qk_scale, BLOCK_M, BLOCK_N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST)
+            cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, BLOCK_M, BLOCK_N, W, G, NG, SEG,
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
 
     # Phase 2: the chunk itself in full precision, causal (chunk key j visible to row i if j <= i).
     chunk_end = tl.minimum(q_len, (q_block + 1) * BLOCK_M)
@@ -111,8 +116,11 @@ def _int2_prefill_kernel(
 
 def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, seq_lens,
                  max_query_len: int, layout: SlotLayout, sm_scale: float, out=None,
-                 lloyd_max: bool = False, block_m: int = 64, block_n: int = 64):
-    """q_rot [T, Hq, D], k_rot/v_rot [T, Hkv, D] (the chunk, rotated) -> out [T, Hq, D] (rotated)."""
+                 lloyd_max: bool = False, block_m: int = 64, block_n: int = 64,
+                 sink_qc: torch.Tensor | None = None, sinks: int = 0):
+    """q_rot [T, Hq, D], k_rot/v_rot [T, Hkv, D] (the chunk, rotated) -> out [T, Hq, D] (rotated).
+    K centering: prefix positions < sinks hold uncentered keys; `sink_qc` [T, Hq] (q . c) is
+    subtracted from their scores (the chunk's own keys come in centered)."""
     T, Hq, D = q_rot.shape
     Hkv = k_rot.shape[1]
     if Hq % Hkv:
@@ -133,11 +141,12 @@ def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, se
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
         block_table, block_table.stride(0), query_start_loc, seq_lens,
         sm_scale * LOG2E,
+        sink_qc if sinks else q_rot, sink_qc.stride(0) if sinks else 0,
         BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size, RATIO=Hq // Hkv,
         BLOCK_M=block_m, BLOCK_N=block_n,
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
         OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
         LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
-        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), num_warps=4,
+        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), SINKS=int(sinks), num_warps=4,
     )
     return out
