@@ -87,6 +87,11 @@ def main():
         schemes += engine_schemes(a.calibrated)
     if "skip" in parts:   # only the uncentered-sink rows
         schemes += [x for x in engine_schemes(a.calibrated) if x.center_skip]
+    if "calibrated-skip" in parts:
+        k, v = os.path.join(a.calibrated, "k_rotation.pt"), os.path.join(a.calibrated, "v_rotation.pt")
+        schemes += [Scheme(f"int2 calibrated G32 sink0 recent{r} K-offset, first 4 uncentered", "int2",
+                           group_size=32, k_rotation=k, v_rotation=v, center=True, center_skip=4, recent=r)
+                    for r in (0, 128)]
     rows = evaluate(schemes, text=a.text, windows=a.windows, start=a.start)
     print_table(rows)
     old = json.load(open(a.out)) if os.path.exists(a.out) else []
