@@ -221,3 +221,31 @@ def test_per_kv_head_rotation_file_with_grouped_queries(engine, monkeypatch, tmp
     vq = R.rotate(fake_quantize(R.rotate(v, H), 32), H.T)
     ref = R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1)
     torch.testing.assert_close(decode, ref, atol=1e-4, rtol=0)
+
+
+def test_prefix_cache_hit_reads_the_shared_int2_blocks(impl):
+    """Prefix caching: request B's block table starts with request A's cached blocks; B only
+    prefills its new tokens, and its attention over the shared prefix equals the reference over
+    A's stored int2 keys (blocks are position-addressed: nothing per request is kept in them)."""
+    torch.manual_seed(5)
+    layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
+    L = SlotLayout(D, 32)
+    cache = torch.zeros(10, BS, HKV, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
+    k, v = torch.randn(40, HKV, D, device=DEVICE), torch.randn(40, HKV, D, device=DEVICE)
+    # A: 32 tokens (two full blocks, 6 and 2) prefilled and stored
+    table_a = torch.tensor([[6, 2, 9]], dtype=torch.int32, device=DEVICE)
+    sl = _slots(table_a, 0, 0, 32)
+    meta = _meta([32], [32], table_a, sl, 0)
+    impl.do_kv_cache_update(layer, k[:32].reshape(32, -1), v[:32].reshape(32, -1), engine_view(cache), sl,
+                            attn_metadata=meta)
+    # B: same first 32 tokens (a cache hit on blocks 6, 2), then 8 new tokens in its own block 4
+    table_b = torch.tensor([[6, 2, 4]], dtype=torch.int32, device=DEVICE)
+    sl_b = _slots(table_b, 0, 32, 8)
+    meta_b = _meta([40], [8], table_b, sl_b, 0)
+    q = torch.randn(8, HQ, D, device=DEVICE)
+    impl.do_kv_cache_update(layer, k[32:].reshape(8, -1), v[32:].reshape(8, -1), engine_view(cache), sl_b,
+                            attn_metadata=meta_b)
+    out = torch.empty(8, HQ * D, device=DEVICE)
+    impl.forward(layer, q.reshape(8, -1), k[32:].reshape(8, -1), v[32:].reshape(8, -1), engine_view(cache),
+                 meta_b, output=out)
+    torch.testing.assert_close(out.view(8, HQ, D), _expected(q, k, v, 32, 32), atol=1e-4, rtol=0)
