@@ -179,3 +179,29 @@ def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
                                     plane_meta(v_zero, 3, N, W, G, NG, SEG), LLOYD, L0, L1, L2, L3, DOT, FAST),
                   acc3 * alpha[:, None])
     return m_new, l_i, acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def fp_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, k_rows, v_rows, nmask, qk_scale,
+            ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
+    """One tile of N full-precision tokens (the recent window): k_rows / v_rows are pointers [N]
+    to each token's K / V row (D elements, same rotated and centered basis as the int2 cache).
+    Same online-softmax update as int2_tile."""
+    cols = tl.arange(0, W)
+    s = tl.zeros([ROWS, N], tl.float32)
+    s = tl.dot(q0, tl.trans(tl.load(k_rows[:, None] + (0 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT)), s)
+    s = tl.dot(q1, tl.trans(tl.load(k_rows[:, None] + (1 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT)), s)
+    s = tl.dot(q2, tl.trans(tl.load(k_rows[:, None] + (2 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT)), s)
+    s = tl.dot(q3, tl.trans(tl.load(k_rows[:, None] + (3 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT)), s)
+    s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    pd = p.to(DOT)
+    acc0 = tl.dot(pd, tl.load(v_rows[:, None] + (0 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT), acc0 * alpha[:, None])
+    acc1 = tl.dot(pd, tl.load(v_rows[:, None] + (1 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT), acc1 * alpha[:, None])
+    acc2 = tl.dot(pd, tl.load(v_rows[:, None] + (2 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT), acc2 * alpha[:, None])
+    acc3 = tl.dot(pd, tl.load(v_rows[:, None] + (3 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT), acc3 * alpha[:, None])
+    return m_new, l_i, acc0, acc1, acc2, acc3

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels import interpreting
-from aphrodite_int2kv.kernels.common import LOG2E, int2_tile
+from aphrodite_int2kv.kernels.common import LOG2E, fp_tile, int2_tile
 
 
 @triton.jit
@@ -39,6 +39,8 @@ def _int2_decode_split_kernel(
     qk_scale,                                    # softmax scale * log2(e)
     num_splits,                                  # runtime: one compiled kernel serves every split count
     qc_ptr, stride_qcb,                          # [B, Hq] fp32 q.c (K centering with SINKS > 0)
+    wk_ptr, wv_ptr, stride_wb, stride_ws, stride_wh,   # recent window: paged [blocks, WBS, Hkv, D] K / V
+    wbt_ptr, stride_wbt,                         # its block table [B, max_blocks] (logical block -> page)
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
     RATIO: tl.constexpr, TILES: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -46,6 +48,7 @@ def _int2_decode_split_kernel(
     OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
     DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr,
+    WINDOW: tl.constexpr = 0, WBS: tl.constexpr = 16,   # last WINDOW tokens read from the window cache
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
 ):
     W: tl.constexpr = D // 4
@@ -89,15 +92,30 @@ def _int2_decode_split_kernel(
     acc2 = tl.zeros([BLOCK_H, W], tl.float32)
     acc3 = tl.zeros([BLOCK_H, W], tl.float32)
 
-    for n0 in range(start, end, BLOCK_N):
+    # int2 tokens: [0, seq_len - WINDOW); the most recent WINDOW tokens come from the window cache
+    if WINDOW > 0:
+        int2_end = tl.maximum(seq_len - WINDOW, 0)
+    else:
+        int2_end = seq_len
+    int2_stop = tl.minimum(end, int2_end)
+    for n0 in range(start, int2_stop, BLOCK_N):
         tok = n0 + tl.arange(0, BLOCK_N)
-        nmask = tok < end
+        nmask = tok < int2_stop
         page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
             cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, BLOCK_H, BLOCK_N, W, G, NG, SEG,
             OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+    if WINDOW > 0:
+        for n0 in range(tl.maximum(start, int2_end), end, BLOCK_N):
+            tok = n0 + tl.arange(0, BLOCK_N)
+            nmask = tok < end
+            page = tl.load(wbt_ptr + batch * stride_wbt + tok // WBS, mask=nmask, other=0)
+            row = page.to(tl.int64) * stride_wb + (tok % WBS) * stride_ws + kv_head * stride_wh
+            m_i, l_i, acc0, acc1, acc2, acc3 = fp_tile(
+                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, wk_ptr + row, wv_ptr + row, nmask,
+                qk_scale, BLOCK_H, BLOCK_N, W, DOT)
 
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
@@ -182,12 +200,21 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     return DecodeLaunch(splits, 64, 2, 3, block_h)
 
 
+def _window_args(window, like):
+    """Kernel arguments of the recent-window cache (placeholders when there is none)."""
+    if not window:
+        return (like, like, 0, 0, 0, like, 0)
+    k_win, v_win, table, _ = window
+    assert k_win.shape == v_win.shape and k_win.stride() == v_win.stride() and k_win.stride(-1) == 1
+    return (k_win, v_win, k_win.stride(0), k_win.stride(1), k_win.stride(2), table, table.stride(0))
+
+
 def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.Tensor,
                 seq_lens: torch.Tensor, layout: SlotLayout, sm_scale: float, num_splits: int,
                 out: torch.Tensor | None = None, lloyd_max: bool = False,
                 workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
                 block_n: int = 64, num_warps: int = 4, num_stages: int | None = None, block_h: int | None = None,
-                sink_qc: torch.Tensor | None = None, sinks: int = 0, _upstream_head_map: bool = False) -> torch.Tensor:
+                sink_qc: torch.Tensor | None = None, sinks: int = 0, window=None, _upstream_head_map: bool = False) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -196,6 +223,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated buffers, optional.
     K centering: with `sinks` > 0, positions < sinks hold uncentered keys and `sink_qc` [B, Hq]
     (fp32, q_rot . c_rot of the query's KV head) is subtracted from their scores.
+    Recent window: `window` = (k_win, v_win [blocks, window_block_size, Hkv, D] in the same rotated
+    (and centered) basis, window_block_table [B, max_blocks] int32, R): the last R tokens of each
+    sequence are read there in full precision, the rest from the int2 cache.
     """
     B, Hq, D = q_rot.shape
     Hkv = kv_cache.shape[2]
@@ -223,12 +253,14 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         block_table, block_table.stride(0), seq_lens,
         part_out, part_lse, sm_scale * LOG2E, num_splits,
         sink_qc if sinks else part_lse, sink_qc.stride(0) if sinks else 0,
+        *_window_args(window, q_rot),
         BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size,
         RATIO=ratio, TILES=tiles, NUM_Q_HEADS=Hq, BLOCK_H=block_h, BLOCK_N=block_n,
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
         OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
         LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
-        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), SINKS=int(sinks), UPSTREAM_HEAD_MAP=_upstream_head_map, num_warps=num_warps,
+        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), SINKS=int(sinks), WINDOW=int(window[3]) if window else 0,
+        WBS=window[0].shape[1] if window else 16, UPSTREAM_HEAD_MAP=_upstream_head_map, num_warps=num_warps,
         **({} if num_stages is None else {"num_stages": num_stages}),
     )
     _int2_decode_merge_kernel[(B, Hq)](

@@ -14,9 +14,9 @@ import triton
 import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
-from aphrodite_int2kv.kernels.common import LOG2E, int2_tile
+from aphrodite_int2kv.kernels.common import LOG2E, fp_tile, int2_tile
 from aphrodite_int2kv.kernels import interpreting
-from aphrodite_int2kv.kernels.decode import dot_dtype
+from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype
 
 
 @triton.jit
@@ -28,12 +28,14 @@ def _int2_prefill_kernel(
     block_table_ptr, stride_bt, query_start_ptr, seq_lens_ptr,
     qk_scale,
     qc_ptr, stride_qct,                          # [T, Hq] fp32 q.c (K centering with SINKS > 0)
+    wk_ptr, wv_ptr, stride_wb, stride_ws, stride_wh, wbt_ptr, stride_wbt,   # recent window (decode.py)
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr, RATIO: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
     OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
     DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr,
+    WINDOW: tl.constexpr = 0, WBS: tl.constexpr = 16,
 ):
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
@@ -69,16 +71,32 @@ def _int2_prefill_kernel(
     acc2 = tl.zeros([BLOCK_M, W], tl.float32)
     acc3 = tl.zeros([BLOCK_M, W], tl.float32)
 
-    # Phase 1: the int2 prefix (every new token sees all of it).
-    for n0 in range(0, prefix_len, BLOCK_N):
+    # Phase 1: the int2 prefix (every new token sees all of it). With a recent window, the last
+    # WINDOW - 1 prefix tokens (the window of the chunk's first token; later tokens see at least
+    # that much in full precision) are read from the window cache instead (phase 1b).
+    if WINDOW > 0:
+        win_start = tl.maximum(prefix_len - (WINDOW - 1), 0)
+    else:
+        win_start = prefix_len
+    for n0 in range(0, win_start, BLOCK_N):
         tok = n0 + tl.arange(0, BLOCK_N)
-        nmask = tok < prefix_len
+        nmask = tok < win_start
         page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
             cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, BLOCK_M, BLOCK_N, W, G, NG, SEG,
             OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+
+    if WINDOW > 0:
+        for n0 in range(win_start, prefix_len, BLOCK_N):
+            tok = n0 + tl.arange(0, BLOCK_N)
+            nmask = tok < prefix_len
+            page = tl.load(wbt_ptr + batch * stride_wbt + tok // WBS, mask=nmask, other=0)
+            wrow = page.to(tl.int64) * stride_wb + (tok % WBS) * stride_ws + kv_head * stride_wh
+            m_i, l_i, acc0, acc1, acc2, acc3 = fp_tile(
+                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, wk_ptr + wrow, wv_ptr + wrow, nmask,
+                qk_scale, BLOCK_M, BLOCK_N, W, DOT)
 
     # Phase 2: the chunk itself in full precision, causal (chunk key j visible to row i if j <= i).
     chunk_end = tl.minimum(q_len, (q_block + 1) * BLOCK_M)
@@ -117,10 +135,11 @@ def _int2_prefill_kernel(
 def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, seq_lens,
                  max_query_len: int, layout: SlotLayout, sm_scale: float, out=None,
                  lloyd_max: bool = False, block_m: int = 64, block_n: int = 64,
-                 sink_qc: torch.Tensor | None = None, sinks: int = 0):
+                 sink_qc: torch.Tensor | None = None, sinks: int = 0, window=None):
     """q_rot [T, Hq, D], k_rot/v_rot [T, Hkv, D] (the chunk, rotated) -> out [T, Hq, D] (rotated).
     K centering: prefix positions < sinks hold uncentered keys; `sink_qc` [T, Hq] (q . c) is
-    subtracted from their scores (the chunk's own keys come in centered)."""
+    subtracted from their scores (the chunk's own keys come in centered).
+    Recent window (as in int2_decode): prefix positions >= prefix_len - (R - 1) are read from it."""
     T, Hq, D = q_rot.shape
     Hkv = k_rot.shape[1]
     if Hq % Hkv:
@@ -142,11 +161,13 @@ def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, se
         block_table, block_table.stride(0), query_start_loc, seq_lens,
         sm_scale * LOG2E,
         sink_qc if sinks else q_rot, sink_qc.stride(0) if sinks else 0,
+        *_window_args(window, q_rot),
         BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size, RATIO=Hq // Hkv,
         BLOCK_M=block_m, BLOCK_N=block_n,
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
         OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
         LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
-        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), SINKS=int(sinks), num_warps=4,
+        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), SINKS=int(sinks), WINDOW=int(window[3]) if window else 0,
+        WBS=window[0].shape[1] if window else 16, num_warps=4,
     )
     return out
