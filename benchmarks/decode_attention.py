@@ -182,6 +182,9 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--max-bf16-bytes", type=float, default=40e9)
     ap.add_argument("--tune", action="store_true", help="sweep block_n x num_warps on a few shapes first")
+    ap.add_argument("--window", type=int, default=0,
+                    help="issue #6: also time int2 with the last R tokens read from a bf16 window cache "
+                         "and K centering (4 uncentered sinks) on; the row gets int2_window_us")
     ap.add_argument("--out", default="decode_attention_h200.json")
     args = ap.parse_args()
 
@@ -231,6 +234,34 @@ def main():
                     except Exception:
                         traceback.print_exc()
                         int2_us = float("nan")
+                    extra = {}
+                    if args.window:
+                        # window cache: 3-token bf16 pages (the int2/bf16 page ratio of G = 32, D = 128)
+                        # (only the blocks of the last R positions get pages, as a sliding-window
+                        # cache holds them; older logical blocks point at page 0 and are never read)
+                        wbs = 3
+                        nlog = math.ceil(S / wbs)
+                        need = min(nlog, math.ceil(args.window / wbs) + 1)
+                        k_win = torch.randn(B * need + 1, wbs, Hkv, D, device="cuda", dtype=torch.bfloat16)
+                        v_win = torch.randn_like(k_win)
+                        wtable = torch.zeros(B, nlog, dtype=torch.int32, device="cuda")
+                        wtable[:, nlog - need:] = (1 + torch.arange(B, device="cuda")[:, None] * need
+                                                   + torch.arange(need, device="cuda")[None, :]).int()
+                        qc = torch.randn(B, Hq, device="cuda")
+                        fnw = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
+                                                  workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                                                  num_stages=cfg.num_stages, block_h=cfg.block_h,
+                                                  sink_qc=qc, sinks=4, window=(k_win, v_win, wtable, args.window))
+                        try:
+                            w_us = timer.median_us(fnw, iters=args.iters)
+                        except Exception:
+                            traceback.print_exc()
+                            w_us = float("nan")
+                        extra = dict(window=args.window, int2_window_us=round(w_us, 2),
+                                     window_overhead=round(w_us / int2_us - 1, 3))
+                        log(f"    with window {args.window} + centering: {w_us:.1f} us "
+                            f"({w_us / int2_us - 1:+.1%} vs int2)")
+                        del k_win, v_win
                     nbytes = B * S * Hkv * L.slot_bytes
                     row = dict(context_len=S, batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D,
                                group_size=G, block_size=args.block_size, num_splits=splits, block_n=cfg.block_n,
@@ -241,7 +272,7 @@ def main():
                                speedup=round(bf16[best] / int2_us, 3) if best else None,
                                int2_bytes_read=nbytes, int2_GBps=round(nbytes / int2_us / 1e3, 1),
                                copy_GBps=round(copy_gbps, 1),
-                               frac_copy=round(nbytes / int2_us / 1e3 / copy_gbps, 3), **{"env": env})
+                               frac_copy=round(nbytes / int2_us / 1e3 / copy_gbps, 3), **extra, **{"env": env})
                     rows.append(row)
                     log(f"Hq{Hq}/kv{Hkv}/D{D} S={S:>6} B={B:>2} G={G:>3}: int2 {int2_us:8.1f} us "
                         f"({row['int2_GBps']:6.0f} GB/s, {row['frac_copy']:.0%} of copy)  "
