@@ -92,3 +92,65 @@ def test_longctx_items_are_unambiguous():
         assert truth not in question
     lines = needle_items(1, 48)[0][1].split("\n\n")[0].splitlines()
     assert len(lines) == 48 and len({l.rsplit(" ", 1)[0] for l in lines}) == 48   # 48 distinct keys
+
+
+def _tiny_hf_model(tmp_path):
+    """A random 2-layer Qwen3 with a word-level tokenizer, saved like a hub checkpoint."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    words = [f"w{i}" for i in range(200)]
+    tk = Tokenizer(models.WordLevel({w: i for i, w in enumerate(["[UNK]"] + words)}, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    d = tmp_path / "hf"
+    PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]").save_pretrained(d)
+    torch.manual_seed(0)
+    cfg = Qwen3Config(vocab_size=256, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=64)
+    Qwen3ForCausalLM(cfg).save_pretrained(d)
+    text = tmp_path / "t.txt"
+    g = torch.Generator().manual_seed(1)
+    text.write_text(" ".join(words[int(i)] for i in torch.randint(0, 200, (300,), generator=g)))
+    return str(d), str(text)
+
+
+def test_k_offsets_for_any_hf_model_match_the_post_rope_key_mean(tmp_path, capsys):
+    """`aphrodite-int2kv k-offsets` records post-RoPE keys through transformers' attention interface;
+    the offsets equal the mean computed by hand from the model's own modules (layer 0), skipping the
+    first tokens of each window, and the files load as the engine loads them."""
+    import torch
+    from transformers import Qwen3ForCausalLM
+    from transformers.models.qwen3.modeling_qwen3 import apply_rotary_pos_emb
+
+    model_dir, text = _tiny_hf_model(tmp_path)
+    out = tmp_path / "rot"
+    assert cli(["k-offsets", "--model", model_dir, "--text", text, "--tokens", "200", "--window", "50",
+                "--skip", "4", "--device", "cpu", "--dtype", "float32", "--out", str(out)]) == 0
+    got = load_rotation_file(str(out / "k_rotation.pt"), 64, 2, [0, 1])
+    assert got[0]["k_offset"].shape == (2, 64)
+
+    from transformers import AutoTokenizer
+    ids = torch.tensor(AutoTokenizer.from_pretrained(model_dir)(open(text).read())["input_ids"][:200])
+    m = Qwen3ForCausalLM.from_pretrained(model_dir).eval()
+    attn = m.model.layers[0].self_attn
+    keys = []
+    with torch.no_grad():
+        for w in ids.split(50):
+            h = m.model.embed_tokens(w[None])
+            x = m.model.layers[0].input_layernorm(h)
+            k = attn.k_norm(attn.k_proj(x).view(1, 50, 2, 64)).transpose(1, 2)
+            cos, sin = m.model.rotary_emb(x, torch.arange(50)[None])
+            _, k = apply_rotary_pos_emb(k, k, cos, sin)
+            keys.append(k[0, :, 4:])
+    manual = torch.cat(keys, dim=1).double().mean(1).float()
+    torch.testing.assert_close(got[0]["k_offset"], manual, atol=1e-4, rtol=1e-4)
+
+
+def test_k_offsets_errors(tmp_path, capsys):
+    model_dir, text = _tiny_hf_model(tmp_path)
+    assert cli(["k-offsets", "--model", model_dir, "--text", str(tmp_path / "none.txt"), "--device", "cpu"]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert cli(["k-offsets", "--model", model_dir, "--text", text, "--window", "5000", "--device", "cpu",
+                "--dtype", "float32"]) == 2
+    assert "need at least --window" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""``aphrodite-int2kv make-rotation`` and ``aphrodite-int2kv calibrate``: rotation files the int2
+"""``aphrodite-int2kv make-rotation``, ``calibrate`` and ``k-offsets``: rotation files the int2
 cache reads (APHRODITE_INT2KV_K_ROTATION / _V_ROTATION; format in docs/format.md)."""
 
 from __future__ import annotations
@@ -23,6 +23,27 @@ def add_parsers(sub):
     c.add_argument("--calib-windows", type=int, default=4)
     c.add_argument("--eval-windows", type=int, default=4, help="held-out windows for the comparison")
     c.set_defaults(func=calibrate)
+    o = sub.add_parser("k-offsets", help="Hadamard rotation files with static K offsets for any Hugging "
+                                         "Face causal LM (turns on K centering in the engine)")
+    o.add_argument("--model", required=True, help="model directory or hub id (transformers loads it)")
+    o.add_argument("--text", required=True, help="a plain-text file to average keys over")
+    o.add_argument("--tokens", type=int, default=8192, help="tokens of the text to use")
+    o.add_argument("--window", type=int, default=1024, help="tokens per forward pass")
+    o.add_argument("--skip", type=int, default=4,
+                   help="first tokens of each window left out (the sinks the engine keeps uncentered)")
+    o.add_argument("--device", default="cuda" if _has_cuda() else "cpu")
+    o.add_argument("--dtype", default="bfloat16")
+    o.add_argument("--out", default=".", help="directory for k_rotation.pt and v_rotation.pt")
+    o.set_defaults(func=k_offsets)
+
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
 
 
 def model_shape(model_dir: str):
@@ -107,4 +128,44 @@ def calibrate(args) -> int:
         print(f"calibrated rotation is WORSE than plain Hadamard on held-out text ({100 * cal:+.1f}% vs "
               f"{100 * had:+.1f}%): keep the built-in Hadamard")
     print(f"wrote {k_path} (rotation + k_offset per layer) and {v_path}")
+    return 0
+
+
+def k_offsets(args) -> int:
+    import torch
+
+    from aphrodite_int2kv.int2.rotation import hadamard
+    from aphrodite_int2kv.quality.k_offsets import collect
+
+    try:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+    except ImportError:
+        print("error: k-offsets needs transformers (pip install transformers)", file=sys.stderr)
+        return 2
+    if not os.path.isfile(args.text):
+        print(f"error: --text {args.text!r} does not exist", file=sys.stderr)
+        return 2
+    tok = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=getattr(torch, args.dtype)).to(args.device).eval()
+    ids = torch.tensor(tok(open(args.text, encoding="utf-8").read())["input_ids"][:args.tokens])
+    if len(ids) < args.window:
+        print(f"error: {args.text} has {len(ids)} tokens; need at least --window {args.window}", file=sys.stderr)
+        return 2
+    windows = [ids[i:i + args.window] for i in range(0, len(ids) - args.window + 1, args.window)]
+    offsets = collect(model, windows, skip=args.skip)
+    head_dim, kv_heads, layers = model_shape(args.model) if os.path.isdir(args.model) else (None, None, None)
+    some = next(iter(offsets.values()))
+    head_dim, kv_heads = head_dim or some.shape[-1], kv_heads or some.shape[0]
+    if layers is not None and sorted(offsets) != layers:
+        print(f"error: keys were recorded for layers {sorted(offsets)} but config.json lists attention "
+              f"layers {layers}", file=sys.stderr)
+        return 2
+    H = hadamard(head_dim)
+    paths = _write_and_verify(args.out, {i: H for i in offsets}, {i: H for i in offsets}, head_dim, kv_heads,
+                              extra={i: {"k_offset": o} for i, o in offsets.items()})
+    energy = {i: float(o.pow(2).sum(-1).mean()) for i, o in offsets.items()}
+    print(f"wrote {paths[0]} (Hadamard + K offsets over {len(windows)} x {args.window} tokens, first "
+          f"{args.skip} of each window left out) and {paths[1]}; mean |offset|^2 per layer: "
+          + ", ".join(f"{i}: {e:.3g}" for i, e in list(energy.items())[:8]) + (" ..." if len(energy) > 8 else ""))
+    print(f"use: APHRODITE_INT2KV_K_ROTATION={paths[0]} APHRODITE_INT2KV_V_ROTATION={paths[1]}")
     return 0
