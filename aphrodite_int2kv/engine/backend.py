@@ -283,6 +283,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                 # weight but frees the 2-bit range from the per-channel constant (docs/format.md)
                 offset = offset.to(device).expand(self.num_kv_heads, self.head_size)
                 self._k_center = rotate(offset[None], rk)[0]
+                # per query head, for q.c (computed once, not per step)
+                self._q_center = self._k_center.repeat_interleave(self.num_heads // self.num_kv_heads, 0)
             self._rot = (rq, rk, rv)
         return self._rot
 
@@ -303,8 +305,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
 
     def _sink_qc(self, q):
         """q . c per token and query head (fp32 [T, Hq]), c the rotated K offset of its KV head."""
-        c = self._k_center.repeat_interleave(self.num_heads // self.num_kv_heads, 0)
-        return (q.float() * c[None]).sum(-1).contiguous()
+        return (q.float() * self._q_center[None]).sum(-1).contiguous()
 
 
 

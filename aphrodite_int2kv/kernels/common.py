@@ -122,6 +122,17 @@ def dequant_plane(packed, P: tl.constexpr, scale, zero, LLOYD: tl.constexpr, L0:
 
 
 @triton.jit
+def softmax_step(m_i, l_i, s):
+    """Online softmax over one tile of scores s [ROWS, N] (log2 units, -inf where hidden):
+    returns (new running max, new running sum, alpha to rescale the accumulators, p)."""
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)       # rows that have seen nothing yet
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s - m_safe[:, None])
+    return m_new, l_i * alpha + tl.sum(p, axis=1), alpha, p
+
+
+@triton.jit
 def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
               cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc,
               ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
@@ -159,11 +170,7 @@ def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
         s = s - tl.where(tok[None, :] < SINKS, qc[:, None], 0.0)
     s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
 
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)       # rows that have seen nothing yet
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
+    m_new, l_i, alpha, p = softmax_step(m_i, l_i, s)
     pd = p.to(DOT)
 
     acc0 = tl.dot(pd, dequant_plane(vbytes, 0, plane_meta(v_scale, 0, N, W, G, NG, SEG),
@@ -182,26 +189,66 @@ def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
 
 
 @triton.jit
+def row_plane(rows, P: tl.constexpr, nmask, W: tl.constexpr, DOT: tl.constexpr):
+    """Columns [P*W, (P+1)*W) of N full-precision rows (pointers [N]) as DOT [N, W]."""
+    cols = tl.arange(0, W)
+    return tl.load(rows[:, None] + (P * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT)
+
+
+@triton.jit
 def fp_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, k_rows, v_rows, nmask, qk_scale,
             ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
     """One tile of N full-precision tokens (the recent window): k_rows / v_rows are pointers [N]
     to each token's K / V row (D elements, same rotated and centered basis as the int2 cache).
     Same online-softmax update as int2_tile."""
-    cols = tl.arange(0, W)
     s = tl.zeros([ROWS, N], tl.float32)
-    s = tl.dot(q0, tl.trans(tl.load(k_rows[:, None] + (0 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT)), s)
-    s = tl.dot(q1, tl.trans(tl.load(k_rows[:, None] + (1 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT)), s)
-    s = tl.dot(q2, tl.trans(tl.load(k_rows[:, None] + (2 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT)), s)
-    s = tl.dot(q3, tl.trans(tl.load(k_rows[:, None] + (3 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT)), s)
+    s = tl.dot(q0, tl.trans(row_plane(k_rows, 0, nmask, W, DOT)), s)
+    s = tl.dot(q1, tl.trans(row_plane(k_rows, 1, nmask, W, DOT)), s)
+    s = tl.dot(q2, tl.trans(row_plane(k_rows, 2, nmask, W, DOT)), s)
+    s = tl.dot(q3, tl.trans(row_plane(k_rows, 3, nmask, W, DOT)), s)
     s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(s, axis=1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
+    m_new, l_i, alpha, p = softmax_step(m_i, l_i, s)
     pd = p.to(DOT)
-    acc0 = tl.dot(pd, tl.load(v_rows[:, None] + (0 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT), acc0 * alpha[:, None])
-    acc1 = tl.dot(pd, tl.load(v_rows[:, None] + (1 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT), acc1 * alpha[:, None])
-    acc2 = tl.dot(pd, tl.load(v_rows[:, None] + (2 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT), acc2 * alpha[:, None])
-    acc3 = tl.dot(pd, tl.load(v_rows[:, None] + (3 * W + cols)[None, :], mask=nmask[:, None], other=0.0).to(DOT), acc3 * alpha[:, None])
+    acc0 = tl.dot(pd, row_plane(v_rows, 0, nmask, W, DOT), acc0 * alpha[:, None])
+    acc1 = tl.dot(pd, row_plane(v_rows, 1, nmask, W, DOT), acc1 * alpha[:, None])
+    acc2 = tl.dot(pd, row_plane(v_rows, 2, nmask, W, DOT), acc2 * alpha[:, None])
+    acc3 = tl.dot(pd, row_plane(v_rows, 3, nmask, W, DOT), acc3 * alpha[:, None])
     return m_new, l_i, acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_row, head_off,
+              stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE: tl.constexpr,
+              ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+              SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
+              OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
+              L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
+              FAST: tl.constexpr, SINKS: tl.constexpr):
+    """Positions [lo, hi) of one sequence from the paged int2 cache, N at a time. table_row: the
+    sequence's block-table row (pointer); head_off: the KV head's byte offset in a token's row."""
+    for n0 in range(lo, hi, N):
+        tok = n0 + tl.arange(0, N)
+        nmask = tok < hi
+        page = tl.load(table_row + tok // BLOCK_SIZE, mask=nmask, other=0)
+        slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
+        m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
+            cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG, SEG,
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+    return m_i, l_i, acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def window_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, wtable_row, head_off,
+                stride_wb, stride_ws, wk_ptr, wv_ptr, qk_scale, WBS: tl.constexpr,
+                ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
+    """Positions [lo, hi) of one sequence from the paged full-precision window cache."""
+    for n0 in range(lo, hi, N):
+        tok = n0 + tl.arange(0, N)
+        nmask = tok < hi
+        page = tl.load(wtable_row + tok // WBS, mask=nmask, other=0)
+        row = page.to(tl.int64) * stride_wb + (tok % WBS) * stride_ws + head_off
+        m_i, l_i, acc0, acc1, acc2, acc3 = fp_tile(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, wk_ptr + row, wv_ptr + row, nmask,
+            qk_scale, ROWS, N, W, DOT)
+    return m_i, l_i, acc0, acc1, acc2, acc3

@@ -18,6 +18,7 @@ Queries come in, and outputs go out, in the rotated basis (the caller rotates).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import torch
 import triton
@@ -25,7 +26,7 @@ import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels import interpreting
-from aphrodite_int2kv.kernels.common import LOG2E, fp_tile, int2_tile
+from aphrodite_int2kv.kernels.common import LOG2E, int2_span, window_span
 
 
 @triton.jit
@@ -97,25 +98,16 @@ def _int2_decode_split_kernel(
         int2_end = tl.maximum(seq_len - WINDOW, 0)
     else:
         int2_end = seq_len
-    int2_stop = tl.minimum(end, int2_end)
-    for n0 in range(start, int2_stop, BLOCK_N):
-        tok = n0 + tl.arange(0, BLOCK_N)
-        nmask = tok < int2_stop
-        page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
-        slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
-        m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-            cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, BLOCK_H, BLOCK_N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+    m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
+        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, tl.minimum(end, int2_end),
+        block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
+        qk_scale, qc, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
+        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
     if WINDOW > 0:
-        for n0 in range(tl.maximum(start, int2_end), end, BLOCK_N):
-            tok = n0 + tl.arange(0, BLOCK_N)
-            nmask = tok < end
-            page = tl.load(wbt_ptr + batch * stride_wbt + tok // WBS, mask=nmask, other=0)
-            row = page.to(tl.int64) * stride_wb + (tok % WBS) * stride_ws + kv_head * stride_wh
-            m_i, l_i, acc0, acc1, acc2, acc3 = fp_tile(
-                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, wk_ptr + row, wv_ptr + row, nmask,
-                qk_scale, BLOCK_H, BLOCK_N, W, DOT)
+        m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, tl.maximum(start, int2_end), end,
+            wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
+            qk_scale, WBS, BLOCK_H, BLOCK_N, W, DOT)
 
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
@@ -180,6 +172,7 @@ class DecodeLaunch:
     block_h: int
 
 
+@functools.lru_cache(maxsize=1024)      # called per layer and step with a handful of distinct shapes
 def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: int,
                          num_sms: int = 132, max_seq_len: int | None = None) -> DecodeLaunch:
     """Launch shape of the split-KV decode, from the H200 sweep in benchmarks/results/

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
-from aphrodite_int2kv.kernels.common import LOG2E, fp_tile, int2_tile
+from aphrodite_int2kv.kernels.common import LOG2E, int2_span, softmax_step, window_span
 from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype
 
@@ -78,25 +78,16 @@ def _int2_prefill_kernel(
         win_start = tl.maximum(prefix_len - (WINDOW - 1), 0)
     else:
         win_start = prefix_len
-    for n0 in range(0, win_start, BLOCK_N):
-        tok = n0 + tl.arange(0, BLOCK_N)
-        nmask = tok < win_start
-        page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
-        slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
-        m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-            cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, BLOCK_M, BLOCK_N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
-
+    m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
+        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, win_start,
+        block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
+        qk_scale, qc, BLOCK_SIZE, BLOCK_M, BLOCK_N, W, G, NG, SEG,
+        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
     if WINDOW > 0:
-        for n0 in range(win_start, prefix_len, BLOCK_N):
-            tok = n0 + tl.arange(0, BLOCK_N)
-            nmask = tok < prefix_len
-            page = tl.load(wbt_ptr + batch * stride_wbt + tok // WBS, mask=nmask, other=0)
-            wrow = page.to(tl.int64) * stride_wb + (tok % WBS) * stride_ws + kv_head * stride_wh
-            m_i, l_i, acc0, acc1, acc2, acc3 = fp_tile(
-                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, wk_ptr + wrow, wv_ptr + wrow, nmask,
-                qk_scale, BLOCK_M, BLOCK_N, W, DOT)
+        m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, win_start, prefix_len,
+            wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
+            qk_scale, WBS, BLOCK_M, BLOCK_N, W, DOT)
 
     # Phase 2: the chunk itself in full precision, causal (chunk key j visible to row i if j <= i).
     chunk_end = tl.minimum(q_len, (q_block + 1) * BLOCK_M)
@@ -111,12 +102,7 @@ def _int2_prefill_kernel(
         s += tl.dot(q3, tl.load(k_rows + 3 * W, mask=kmask[None, :], other=0.0).to(DOT))
         visible = kmask[None, :] & (keys[None, :] <= rows[:, None])
         s = tl.where(visible, s * qk_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)       # padded rows see nothing
-        alpha = tl.exp2(m_i - m_safe)
-        p = tl.exp2(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        m_i = m_new
+        m_i, l_i, alpha, p = softmax_step(m_i, l_i, s)      # padded rows see nothing: safe
         pd = p.to(DOT)
         acc0 = acc0 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 0 * W, mask=kmask[:, None], other=0.0).to(DOT))
         acc1 = acc1 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 1 * W, mask=kmask[:, None], other=0.0).to(DOT))

@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""SASS instruction counts of the split-KV decode kernel, compiled for sm_90 without a GPU (the
+figures in docs/benchmarks.md: instructions per loop iteration and registers per thread).
+
+  python benchmarks/sass_report.py [D G RATIO BLOCK_H BLOCK_N WARPS BLOCK_SIZE SPLITS STAGES]
+  e.g. python benchmarks/sass_report.py 128 32 8 8 64 1 16 16 3     (the engine's launch for 32q/4kv)
+
+Needs triton 3.6.0 (the H200 image's; it bundles ptxas and cuobjdump) and torch installed locally.
+"""
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
+import triton, triton.language as tl
+from triton.compiler import ASTSource
+from triton.backends.compiler import GPUTarget
+from aphrodite_int2kv.kernels import decode as dec
+from aphrodite_int2kv.int2.format import SlotLayout, LLOYD_MAX_LEVELS
+
+def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_size=16, splits=16, stages=3):
+    L = SlotLayout(D, G); lv = LLOYD_MAX_LEVELS
+    sig = {"q_ptr": "*bf16", "stride_qb": "i32", "stride_qh": "i32", "cache_u8": "*u8", "cache_f16": "*fp16",
+           "stride_cb": "i64", "stride_cs": "i32", "stride_ch": "i32", "block_table_ptr": "*i32", "stride_bt": "i32",
+           "seq_lens_ptr": "*i32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "qk_scale": "fp32", "num_splits": "i32", "qc_ptr": "*fp32", "stride_qcb": "i32",
+           "wk_ptr": "*bf16", "wv_ptr": "*bf16", "stride_wb": "i64", "stride_ws": "i32", "stride_wh": "i32",
+           "wbt_ptr": "*i32", "stride_wbt": "i32"}
+    cx = dict(BLOCK_SIZE=block_size, D=D, G=G, RATIO=ratio, TILES=triton.cdiv(ratio, block_h), NUM_Q_HEADS=32,
+              BLOCK_H=block_h, BLOCK_N=block_n, OFF_V=L.v_codes, OFF_KS=L.k_scale, OFF_KZ=L.k_zero,
+              OFF_VS=L.v_scale, OFF_VZ=L.v_zero, LLOYD=False, L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3], DOT=tl.float16, FAST=True, SINKS=0, WINDOW=0, WBS=16,
+              UPSTREAM_HEAD_MAP=False)
+    for k in cx: sig[k] = "constexpr"
+    src = ASTSource(fn=dec._int2_decode_split_kernel, signature=sig, constexprs={(list(sig).index(k),): v for k, v in cx.items()},
+                    attrs={(list(sig).index(k),): [["tt.divisibility", 16]] for k in ("q_ptr","stride_qb","stride_qh","cache_u8","cache_f16","stride_cb","stride_cs","stride_ch","block_table_ptr","seq_lens_ptr","part_out_ptr","part_lse_ptr")})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+
+def report(ck):
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(ck.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([cuobjdump, "--dump-sass", f.name], capture_output=True, text=True).stdout
+        usage = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    ins = []
+    for line in sass.splitlines():
+        m = re.match(r"\s+/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)(.*)", line)
+        if m:
+            ins.append((int(m.group(1), 16), m.group(3), m.group(4)))
+    print(" ".join(re.findall(r"REG:\d+|STACK:\d+", usage)), "shared", ck.metadata.shared)
+    for addr, op, rest in ins:       # the main loop: the backward branch
+        t = re.search(r"0x([0-9a-f]+)", rest)
+        if op == "BRA" and t and int(t.group(1), 16) < addr:
+            body = [o.split(".")[0] for a, o, _ in ins if int(t.group(1), 16) <= a <= addr]
+            print(f"loop: {len(body)} instructions;", " ".join(f"{k}:{v}" for k, v in collections.Counter(body).most_common(20)))
+
+
+if __name__ == "__main__":
+    report(compile_split(*[int(a) for a in sys.argv[1:]]))
