@@ -342,7 +342,8 @@ def test_window_boundary_prefill_of_last_token_equals_decode():
                        window=(k_win, v_win, wbt, R))
     torch.testing.assert_close(pre.float(), dec.float(), atol=ATOL, rtol=0)
     # and the window matters: without it the int2 keys give a different answer
-    assert (int2_decode(q, cache, bt, sl, L, D ** -0.5, 2).float() - dec.float()).abs().max() > 10 * ATOL
+    # (the 2-bit error here is ~0.1, far above both tolerances: 1e-4 interpreted, 2e-2 compiled fp16)
+    assert (int2_decode(q, cache, bt, sl, L, D ** -0.5, 2).float() - dec.float()).abs().max() > 0.05
 
 
 def test_prefill_of_last_token_equals_decode():

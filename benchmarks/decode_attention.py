@@ -185,6 +185,8 @@ def main():
     ap.add_argument("--window", type=int, default=0,
                     help="issue #6: also time int2 with the last R tokens read from a bf16 window cache "
                          "and K centering (4 uncentered sinks) on; the row gets int2_window_us")
+    ap.add_argument("--window-block-size", type=int, default=48,
+                    help="tokens per window page (the engine's: 48 with int2 blocks of 256, G = 32)")
     ap.add_argument("--out", default="decode_attention_h200.json")
     args = ap.parse_args()
 
@@ -225,7 +227,8 @@ def main():
                     cfg = decode_launch_config(B, Hkv, Hq // Hkv, D, props.multi_processor_count)
                     splits = cfg.num_splits
                     out = torch.empty_like(q)
-                    ws = (torch.empty(B * Hq * splits * D, device="cuda"), torch.empty(B * Hq * splits, device="cuda"))
+                    ws = (torch.empty(B * Hq * (splits + 1) * D, device="cuda"),   # + the window's split
+                          torch.empty(B * Hq * (splits + 1), device="cuda"))
                     fn = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                              workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
                                              num_stages=cfg.num_stages, block_h=cfg.block_h)
@@ -236,10 +239,11 @@ def main():
                         int2_us = float("nan")
                     extra = {}
                     if args.window:
-                        # window cache: 3-token bf16 pages (the int2/bf16 page ratio of G = 32, D = 128)
-                        # (only the blocks of the last R positions get pages, as a sliding-window
-                        # cache holds them; older logical blocks point at page 0 and are never read)
-                        wbs = 3
+                        # window cache pages as the engine sizes them (window block = int2 block x
+                        # slot / (4 D) so both pages have the same bytes; 48 for int2 blocks of 256
+                        # at G = 32). Only the blocks of the last R positions get pages, as in a
+                        # sliding-window cache; older logical blocks point at page 0, never read.
+                        wbs = args.window_block_size
                         nlog = math.ceil(S / wbs)
                         need = min(nlog, math.ceil(args.window / wbs) + 1)
                         k_win = torch.randn(B * need + 1, wbs, Hkv, D, device="cuda", dtype=torch.bfloat16)
@@ -248,19 +252,26 @@ def main():
                         wtable[:, nlog - need:] = (1 + torch.arange(B, device="cuda")[:, None] * need
                                                    + torch.arange(need, device="cuda")[None, :]).int()
                         qc = torch.randn(B, Hq, device="cuda")
-                        fnw = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
-                                                  workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                                                  num_stages=cfg.num_stages, block_h=cfg.block_h,
-                                                  sink_qc=qc, sinks=4, window=(k_win, v_win, wtable, args.window))
-                        try:
-                            w_us = timer.median_us(fnw, iters=args.iters)
-                        except Exception:
-                            traceback.print_exc()
-                            w_us = float("nan")
-                        extra = dict(window=args.window, int2_window_us=round(w_us, 2),
+                        variants = {"sinks": dict(sink_qc=qc, sinks=4),
+                                    "window": dict(window=(k_win, v_win, wtable, args.window)),
+                                    "window+sinks": dict(sink_qc=qc, sinks=4, window=(k_win, v_win, wtable, args.window))}
+                        times = {}
+                        for name, kw in variants.items():
+                            fnw = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
+                                                      workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                                                      num_stages=cfg.num_stages, block_h=cfg.block_h, **kw)
+                            try:
+                                times[name] = timer.median_us(fnw, iters=args.iters)
+                            except Exception:
+                                traceback.print_exc()
+                                times[name] = float("nan")
+                        w_us = times["window+sinks"]
+                        extra = dict(window=args.window, window_block_size=wbs, int2_window_us=round(w_us, 2),
+                                     int2_sinks_only_us=round(times["sinks"], 2),
+                                     int2_window_only_us=round(times["window"], 2),
                                      window_overhead=round(w_us / int2_us - 1, 3))
-                        log(f"    with window {args.window} + centering: {w_us:.1f} us "
-                            f"({w_us / int2_us - 1:+.1%} vs int2)")
+                        log(f"    window {args.window} + centering sinks: {w_us:.1f} us ({w_us / int2_us - 1:+.1%} vs int2); "
+                            f"sinks only {times['sinks'] / int2_us - 1:+.1%}, window only {times['window'] / int2_us - 1:+.1%}")
                         del k_win, v_win
                     nbytes = B * S * Hkv * L.slot_bytes
                     row = dict(context_len=S, batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D,

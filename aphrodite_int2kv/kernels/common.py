@@ -225,8 +225,21 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_ro
               L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
               FAST: tl.constexpr, SINKS: tl.constexpr):
     """Positions [lo, hi) of one sequence from the paged int2 cache, N at a time. table_row: the
-    sequence's block-table row (pointer); head_off: the KV head's byte offset in a token's row."""
-    for n0 in range(lo, hi, N):
+    sequence's block-table row (pointer); head_off: the KV head's byte offset in a token's row.
+    Only the tiles holding positions < SINKS pay for the sink correction (a separate loop)."""
+    sink_hi = lo
+    if SINKS > 0:
+        sink_hi = tl.minimum(hi, lo + tl.cdiv(tl.maximum(SINKS - lo, 0), N) * N)
+        for n0 in range(lo, sink_hi, N):
+            tok = n0 + tl.arange(0, N)
+            nmask = tok < hi
+            page = tl.load(table_row + tok // BLOCK_SIZE, mask=nmask, other=0)
+            slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
+            m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
+                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
+                cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG, SEG,
+                OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+    for n0 in range(sink_hi, hi, N):
         tok = n0 + tl.arange(0, N)
         nmask = tok < hi
         page = tl.load(table_row + tok // BLOCK_SIZE, mask=nmask, other=0)
@@ -234,7 +247,7 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_ro
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
             cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0)
     return m_i, l_i, acc0, acc1, acc2, acc3
 
 

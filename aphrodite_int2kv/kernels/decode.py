@@ -71,9 +71,16 @@ def _int2_decode_split_kernel(
         hmask = in_group < RATIO
 
     seq_len = tl.load(seq_lens_ptr + batch)
-    per_split = tl.cdiv(tl.cdiv(seq_len, num_splits), BLOCK_N) * BLOCK_N
+    # int2 tokens: [0, int2_len), divided among the num_splits splits. With a recent window, the
+    # last WINDOW tokens are read from the window cache by one extra split (index num_splits), so
+    # the window never lengthens an int2 split (the critical path stays one int2 split).
+    if WINDOW > 0:
+        int2_len = tl.maximum(seq_len - WINDOW, 0)
+    else:
+        int2_len = seq_len
+    per_split = tl.cdiv(tl.cdiv(int2_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * per_split
-    end = tl.minimum(start + per_split, seq_len)
+    end = tl.minimum(start + per_split, int2_len)
 
     cols = tl.arange(0, W)
     q_rows = q_ptr + batch * stride_qb + q_head[:, None] * stride_qh + cols[None, :]
@@ -93,25 +100,25 @@ def _int2_decode_split_kernel(
     acc2 = tl.zeros([BLOCK_H, W], tl.float32)
     acc3 = tl.zeros([BLOCK_H, W], tl.float32)
 
-    # int2 tokens: [0, seq_len - WINDOW); the most recent WINDOW tokens come from the window cache
-    if WINDOW > 0:
-        int2_end = tl.maximum(seq_len - WINDOW, 0)
-    else:
-        int2_end = seq_len
     m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
-        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, tl.minimum(end, int2_end),
+        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end,
         block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
         qk_scale, qc, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
         OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
     if WINDOW > 0:
+        window_end = tl.where(split == num_splits, seq_len, int2_len)   # empty except in the window split
         m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, tl.maximum(start, int2_end), end,
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, int2_len, window_end,
             wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
             qk_scale, WBS, BLOCK_H, BLOCK_N, W, DOT)
 
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
-    row = (batch * NUM_Q_HEADS + q_head) * num_splits + split
+    if WINDOW > 0:
+        total_splits = num_splits + 1
+    else:
+        total_splits = num_splits
+    row = (batch * NUM_Q_HEADS + q_head) * total_splits + split
     out_rows = part_out_ptr + row[:, None] * D + cols[None, :]
     tl.store(out_rows + 0 * W, acc0 * inv_l[:, None], mask=hmask[:, None])
     tl.store(out_rows + 1 * W, acc1 * inv_l[:, None], mask=hmask[:, None])
@@ -213,12 +220,13 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
     (page ids); seq_lens [B] int32, the number of cached tokens to attend (current token included).
     `num_splits` is fixed by the caller so grids are identical between CUDA-graph capture and replay;
-    `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated buffers, optional.
+    `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated buffers, optional
+    (S = num_splits, + 1 with a window).
     K centering: with `sinks` > 0, positions < sinks hold uncentered keys and `sink_qc` [B, Hq]
     (fp32, q_rot . c_rot of the query's KV head) is subtracted from their scores.
     Recent window: `window` = (k_win, v_win [blocks, window_block_size, Hkv, D] in the same rotated
     (and centered) basis, window_block_table [B, max_blocks] int32, R): the last R tokens of each
-    sequence are read there in full precision, the rest from the int2 cache.
+    sequence are read there in full precision, by one extra split, the rest from the int2 cache.
     """
     B, Hq, D = q_rot.shape
     Hkv = kv_cache.shape[2]
@@ -233,13 +241,15 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     grid_heads = triton.cdiv(Hq, min(block_h, ratio)) if _upstream_head_map else Hkv * tiles
     if out is None:
         out = torch.empty_like(q_rot)
+    total_splits = num_splits + (1 if window else 0)   # + the recent window's own split
     if workspace is None:
-        part_out = torch.empty(B * Hq * num_splits * D, dtype=torch.float32, device=q_rot.device)
-        part_lse = torch.empty(B * Hq * num_splits, dtype=torch.float32, device=q_rot.device)
+        part_out = torch.empty(B * Hq * total_splits * D, dtype=torch.float32, device=q_rot.device)
+        part_lse = torch.empty(B * Hq * total_splits, dtype=torch.float32, device=q_rot.device)
     else:
         part_out, part_lse = workspace
+        assert part_lse.numel() >= B * Hq * total_splits and part_out.numel() >= B * Hq * total_splits * D
     lv = LLOYD_MAX_LEVELS
-    _int2_decode_split_kernel[(B, grid_heads, num_splits)](
+    _int2_decode_split_kernel[(B, grid_heads, total_splits)](
         q_rot, q_rot.stride(0), q_rot.stride(1),
         kv_cache, kv_cache.view(torch.float16),
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
@@ -258,6 +268,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     )
     _int2_decode_merge_kernel[(B, Hq)](
         part_out, part_lse, out, out.stride(0), out.stride(1),
-        NUM_Q_HEADS=Hq, NUM_SPLITS=num_splits, SPLITS_P2=triton.next_power_of_2(num_splits), D=D,
+        NUM_Q_HEADS=Hq, NUM_SPLITS=total_splits, SPLITS_P2=triton.next_power_of_2(total_splits), D=D,
     )
     return out
