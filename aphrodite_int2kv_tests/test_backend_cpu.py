@@ -249,3 +249,53 @@ def test_prefix_cache_hit_reads_the_shared_int2_blocks(impl):
     impl.forward(layer, q.reshape(8, -1), k[32:].reshape(8, -1), v[32:].reshape(8, -1), engine_view(cache),
                  meta_b, output=out)
     torch.testing.assert_close(out.view(8, HQ, D), _expected(q, k, v, 32, 32), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("RW", [1, 8, 100])
+def test_recent_window_in_the_engine_glue(impl, RW):
+    """With the recent window (as the companion cache hands it to the impl): the store writes the
+    new tokens' rotated K/V to the window pages too, decode reads positions >= L - R in full
+    precision, a chunked continuation reads prefix positions >= prefix - (R - 1) from the window;
+    older positions come from int2. R = 100 exceeds both sequences (everything full precision)."""
+    torch.manual_seed(1)
+    layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
+    L = SlotLayout(D, 32)
+    WBS = 3                                    # the int2/window page ratio of G = 32 (16 int2 tokens)
+    cache = torch.zeros(12, BS, HKV, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
+    win = torch.zeros(40, WBS, HKV, 2 * D, device=DEVICE)         # [pages, window block, heads, K|V]
+    k_win, v_win = win[..., :D], win[..., D:]
+    block_table = torch.tensor([[3, 7, 1, 0], [5, 2, 9, 11]], dtype=torch.int32, device=DEVICE)
+    wtable = (torch.randperm(39, device=DEVICE)[:38].view(2, 19) + 1).int()   # disjoint pages, 0 unused
+    kA, vA, qA = (torch.randn(21, h, D, device=DEVICE) for h in (HKV, HKV, HQ))
+    kB, vB, qB = (torch.randn(47, h, D, device=DEVICE) for h in (HKV, HKV, HQ))
+
+    def wslots(seq, start, n):
+        pos = torch.arange(start, start + n, device=DEVICE)
+        return wtable[seq][pos // WBS].long() * WBS + pos % WBS
+
+    from aphrodite_int2kv.engine.window import Int2WindowMetadata
+
+    def step(parts, seq_lens, q_lens, decodes):
+        key = torch.cat([p[0] for p in parts]); value = torch.cat([p[1] for p in parts])
+        query = torch.cat([p[2] for p in parts])
+        n = key.shape[0]
+        slots = torch.cat([_slots(block_table, s, st, c) for s, st, c in zip((0, 1), [l - q for l, q in zip(seq_lens, q_lens)], q_lens)])
+        wsl = torch.cat([wslots(s, l - q, q) for s, l, q in zip((0, 1), seq_lens, q_lens)])
+        impl._window_state = lambda layer, dtype: (k_win, v_win, Int2WindowMetadata(wtable, wsl))
+        impl.window = RW
+        impl.do_kv_cache_update(layer, key.reshape(n, -1), value.reshape(n, -1), engine_view(cache), slots)
+        out = torch.empty(n, HQ * D, device=DEVICE)
+        impl.forward(layer, query.reshape(n, -1), key.reshape(n, -1), value.reshape(n, -1), engine_view(cache),
+                     _meta(seq_lens, q_lens, block_table, slots, decodes), output=out)
+        return out.view(n, HQ, D)
+
+    step([(kA[:20], vA[:20], qA[:20]), (kB[:37], vB[:37], qB[:37])], [20, 37], [20, 37], 0)
+    # the store put every new token's rotated K/V into the window pages, exactly
+    H = hadamard(D).to(DEVICE)
+    torch.testing.assert_close(k_win[wtable[1][36 // WBS], 36 % WBS], R.rotate(kB[36:37], H)[0], atol=1e-5, rtol=0)
+    torch.testing.assert_close(v_win[wtable[0][5 // WBS], 5 % WBS], R.rotate(vA[5:6], H)[0], atol=1e-5, rtol=0)
+    out = step([(kA[20:], vA[20:], qA[20:]), (kB[37:], vB[37:], qB[37:])], [21, 47], [1, 10], 1)
+    torch.testing.assert_close(out[:1], _expected(qA[20:], kA, vA, 20, max(0, 21 - RW)), atol=1e-4, rtol=0)
+    torch.testing.assert_close(out[1:], _expected(qB[37:], kB, vB, 37, max(0, 37 - (RW - 1))), atol=1e-4, rtol=0)
+    if RW < 20:   # the window is what made those keys exact: int2 alone gives another answer
+        assert (out[:1] - _expected(qA[20:], kA, vA, 20, 21)).abs().max() > 1e-2

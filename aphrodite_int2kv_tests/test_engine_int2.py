@@ -150,6 +150,8 @@ def test_sliding_window_layers_are_refused_with_the_fix(registered):
     ({"APHRODITE_INT2KV_K_ROTATION": "/nope/rot.pt"}, "K_ROTATION='/nope/rot.pt'"),
     ({"APHRODITE_INT2KV_K_CENTER_SKIP": "-1"}, "K_CENTER_SKIP=-1 must be between 0 and 256"),
     ({"APHRODITE_INT2KV_K_CENTER_SKIP": "four"}, "K_CENTER_SKIP='four' is not an integer"),
+    ({"APHRODITE_INT2KV_RECENT_WINDOW": "-5"}, "RECENT_WINDOW=-5 must be between 0 .off. and 65536"),
+    ({"APHRODITE_INT2KV_RECENT_WINDOW": "1k"}, "RECENT_WINDOW='1k' is not an integer"),
 ])
 def test_option_errors_name_the_variable(env, match):
     with pytest.raises(Int2ConfigError, match=match):
@@ -217,3 +219,181 @@ def test_hybrid_alignment_without_the_fix_sizes_int2_as_bytes(registered, tmp_pa
     upstream(Platform, cfg, Int2AttentionBackend)
     eight_bit_per_token = 2 * 2 * 256  # K+V, 2 heads, 256 dims, 1 byte each
     assert cfg.cache_config.mamba_page_size_padded == cfg.cache_config.block_size * eight_bit_per_token
+
+
+def _build_int2_layers(cfg, n):
+    """Real `Attention` layers as a model builds them (our __init__ wrapper adds the companions)."""
+    from aphrodite.config import set_current_aphrodite_config
+    from aphrodite.model_executor.layers.attention.attention import Attention
+
+    hf = cfg.model_config.hf_config
+    with set_current_aphrodite_config(cfg):
+        return [Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,
+                          num_kv_heads=hf.num_key_value_heads, cache_config=cfg.cache_config,
+                          prefix=f"model.layers.{i}.self_attn.attn") for i in range(n)]
+
+
+def _engine_specs(cfg):
+    """What the model runner's get_kv_cache_spec collects from the static forward context."""
+    from aphrodite.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+    from aphrodite_int2kv.engine.window import SUFFIX
+    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+
+    specs = {}
+    for name, layer in cfg.compilation_config.static_forward_context.items():
+        if not isinstance(layer, AttentionLayerBase):
+            continue
+        spec = layer.get_kv_cache_spec(cfg)
+        if not name.endswith(SUFFIX) and not shape_based_kv_api():
+            spec = Int2AttentionBackend.customize_spec(spec)   # 0.24 asks the int2 layer's backend
+        specs[name] = spec
+    return specs
+
+
+def _dense_long_dir(tmp_path):
+    from transformers import Qwen3Config
+
+    Qwen3Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+                max_position_embeddings=32768, architectures=["Qwen3ForCausalLM"],
+                torch_dtype="bfloat16").save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(registered, tmp_path, monkeypatch):
+    """Each int2 layer gets a full-precision companion whose spec is a SlidingWindowSpec(R) with a
+    page of exactly the int2 page's bytes; the engine's own grouping puts the windows in their own
+    group and its own capacity arithmetic (max concurrency x max_model_len, as the start-up line
+    reports it) still gives >= 5x bf16's tokens at 32K (Qwen3-8B-like heads)."""
+    from aphrodite.config import set_current_aphrodite_config
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
+    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+
+    monkeypatch.delenv("APHRODITE_INT2KV_RECENT_WINDOW", raising=False)
+    model = _dense_long_dir(tmp_path)
+    cfg = EngineArgs(model=model, kv_cache_dtype="int2", max_model_len=32768,
+                     skip_tokenizer_init=True).create_engine_config()
+    with set_current_aphrodite_config(cfg):
+        assert Int2AttentionBackend.get_preferred_block_size(16) == 256   # what the CUDA platform asks
+    cfg.cache_config.block_size = 256
+    _build_int2_layers(cfg, 4)
+    specs = _engine_specs(cfg)
+    windows = {n: s for n, s in specs.items() if n.endswith(".int2_window")}
+    assert len(windows) == 4 and len(specs) == 8
+    w = next(iter(windows.values()))
+    int2 = specs["model.layers.0.self_attn.attn"]
+    assert isinstance(w, SlidingWindowSpec) and w.sliding_window == 128 and w.dtype == torch.bfloat16
+    assert w.block_size == 48 and w.page_size_bytes == int2.page_size_bytes   # 256 x 96 B = 48 x 512 B per head
+
+    mem = 8 << 30
+    (conf,) = get_kv_cache_configs(cfg, [specs], [mem])
+    assert sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups) == [48, 256]
+    int2_tokens = get_max_concurrency_for_kv_cache_config(cfg, conf) * 32768
+
+    bf16_cfg = EngineArgs(model=model, max_model_len=32768, skip_tokenizer_init=True).create_engine_config()
+    bf16_specs = {n: FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
+                  for n in specs if not n.endswith(".int2_window")}
+    (bconf,) = get_kv_cache_configs(bf16_cfg, [bf16_specs], [mem])
+    bf16_tokens = get_max_concurrency_for_kv_cache_config(bf16_cfg, bconf) * 32768
+    ratio = int2_tokens / bf16_tokens
+    # 5.33x for int2 alone; the window costs 4 pages of 48 tokens per request (~3 % at 32K)
+    assert 5.0 <= ratio < SlotLayout(128, 32).ratio_vs(), ratio
+
+
+def test_window_off_registers_no_companion(registered, tmp_path, monkeypatch):
+    from aphrodite.engine.arg_utils import EngineArgs
+
+    monkeypatch.setenv("APHRODITE_INT2KV_RECENT_WINDOW", "0")
+    cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=4096,
+                     skip_tokenizer_init=True).create_engine_config()
+    _build_int2_layers(cfg, 2)
+    assert [n for n in cfg.compilation_config.static_forward_context if n.endswith(".int2_window")] == []
+
+
+def test_missing_companions_stop_start_up(registered, tmp_path):
+    from aphrodite.engine.arg_utils import EngineArgs
+
+    from aphrodite_int2kv.engine.backend import check_window_companions
+
+    cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=4096,
+                     skip_tokenizer_init=True).create_engine_config()
+    with pytest.raises(Int2ConfigError, match="window caches of 1 int2 layers.*RECENT_WINDOW=0"):
+        check_window_companions(cfg, ["model.layers.0.self_attn.attn"])
+    _build_int2_layers(cfg, 1)
+    check_window_companions(cfg, ["model.layers.0.self_attn.attn"])
+
+
+def test_window_page_must_be_whole_tokens():
+    from aphrodite_int2kv.engine.window import window_block_size
+
+    assert window_block_size(2128, 256, SlotLayout(256, 32).slot_bytes) == 399   # the hybrid27b page
+    assert window_block_size(256, 128, SlotLayout(128, 64).slot_bytes) == 40
+    with pytest.raises(Int2ConfigError, match="multiple of 32 .*--block-size.*RECENT_WINDOW=0"):
+        window_block_size(16 * 133, 128, SlotLayout(128, 64).slot_bytes)
+
+
+def test_hybrid_window_page_equals_the_gdn_state_page(registered, tmp_path):
+    """On the hybrid the aligned attention page (= the padded GDN state page) also holds a whole
+    number of window tokens, so the three page sizes agree."""
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.platforms.interface import Platform
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+    from aphrodite_int2kv.engine.window import window_block_size
+
+    cfg = EngineArgs(model=_hybrid_dir(tmp_path), kv_cache_dtype="int2", max_model_len=1024,
+                     skip_tokenizer_init=True).create_engine_config()
+    Platform._align_hybrid_block_size(cfg, Int2AttentionBackend)
+    cc = cfg.cache_config
+    slot = SlotLayout(256, 32).slot_bytes
+    wbs = window_block_size(cc.block_size, 256, slot)
+    assert wbs * 2 * 256 * 2 == cc.block_size * slot
+    assert cc.mamba_page_size_padded in (None, cc.block_size * 2 * slot)
+
+
+def test_window_manager_keeps_only_the_live_window_pages(registered):
+    """The engine's BlockPool driven as its scheduler does (remove_skipped_blocks, count,
+    allocate per step) through our window manager: chunked prefill then decode. After each step
+    exactly the pages of positions >= L - R + 1 are real, the budget is never exceeded, the count
+    predicts the allocation, and every page returns to the pool at the end."""
+    from aphrodite.v1.core.block_pool import BlockPool
+    from aphrodite.v1.core.single_type_kv_cache_manager import get_manager_for_kv_cache_spec
+
+    from aphrodite_int2kv.engine.window import Int2WindowManager, Int2WindowSpec, window_budget_managed
+
+    if not window_budget_managed():
+        pytest.skip("0.24 block manager: the window uses the engine's own sliding-window manager")
+    R, W = 128, 48
+    spec = Int2WindowSpec(block_size=W, num_kv_heads=8, head_size=128, dtype=torch.bfloat16, sliding_window=R)
+    pool = BlockPool(num_gpu_blocks=200, enable_caching=False, hash_block_size=W)
+    mgr = get_manager_for_kv_cache_spec(spec, max_num_batched_tokens=2048, max_model_len=32768,
+                                        block_pool=pool, enable_caching=False, kv_cache_group_id=1)
+    assert isinstance(mgr, Int2WindowManager)
+    cap = spec.max_admission_blocks_per_request(2048, 32768)
+    free0 = pool.get_num_free_blocks()
+    computed, peak = 0, 0
+    steps = [256, 512, 768, 1000] + list(range(1001, 1061))
+    for num_tokens in steps:
+        mgr.remove_skipped_blocks("r", computed)
+        need = mgr.get_num_blocks_to_allocate("r", num_tokens, [], computed, num_tokens)
+        if computed == 0:
+            mgr.allocate_new_computed_blocks("r", [], 0, 0)
+        new = mgr.allocate_new_blocks("r", num_tokens, num_tokens)
+        assert len(new) == need
+        blocks = mgr.req_to_blocks["r"]
+        real = [i for i, b in enumerate(blocks) if not b.is_null]
+        peak = max(peak, len(real))
+        first_live = max(0, num_tokens - R + 1) // W
+        assert all(not blocks[i].is_null for i in range(first_live, len(blocks)))   # the window has pages
+        assert len(blocks) == -(-num_tokens // W)
+        computed = num_tokens
+    assert peak <= cap < 10                  # the engine's own SlidingWindowManager budgets 47 pages here
+    mgr.remove_skipped_blocks("r", computed)
+    assert len([b for b in mgr.req_to_blocks["r"] if not b.is_null]) <= -(-(R - 1) // W) + 1
+    mgr.free("r")
+    assert pool.get_num_free_blocks() == free0

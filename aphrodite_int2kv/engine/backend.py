@@ -25,7 +25,8 @@ from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
 from aphrodite_int2kv.kernels.prefill import int2_prefill
-from aphrodite_int2kv.kernels.store import int2_store
+from aphrodite_int2kv.kernels.store import int2_store, window_store
+from aphrodite_int2kv.engine.window import window_name, window_views
 
 INT2 = "int2"
 
@@ -58,7 +59,23 @@ class Int2AttentionBackend(AttentionBackend):
 
     @staticmethod
     def get_supported_kernel_block_sizes() -> list[int | MultipleOf]:
-        return [16, 32, 64, 128]
+        return [MultipleOf(16)]   # the kernels take any page size; 16 keeps hybrid pages aligned
+
+    @classmethod
+    def get_preferred_block_size(cls, default_block_size: int) -> int:
+        """256 on dense models with the recent window: its page is then 48 tokens (G = 32), so the
+        engine hashes prefixes at gcd(256, 48) = 16 tokens (with 16 it would be 3 -> 1 token).
+        Hybrid models get their block size from the GDN-state alignment instead."""
+        try:
+            from aphrodite.config import get_current_aphrodite_config_or_none
+
+            cfg = get_current_aphrodite_config_or_none()
+            hybrid = bool(cfg and cfg.model_config and cfg.model_config.is_hybrid)
+        except Exception:
+            hybrid = False
+        if options().recent_window and not hybrid:
+            return max(256, default_block_size)
+        return max(16, default_block_size)
 
     @classmethod
     def supports_kv_cache_dtype(cls, kv_cache_dtype) -> bool:
@@ -115,6 +132,22 @@ def check_engine_features(aphrodite_config) -> None:
             "--kv-cache-dtype auto/fp8 for speculative decoding")
 
 
+def check_window_companions(aphrodite_config, layer_names) -> None:
+    """With the recent window on, every int2 layer must have its companion (registered when the
+    layer was built): otherwise the window would silently not exist."""
+    if not options().recent_window:
+        return
+    ctx = aphrodite_config.compilation_config.static_forward_context
+    missing = [n for n in layer_names if window_name(n) not in ctx
+               and getattr(ctx.get(n), "kv_sharing_target_layer_name", None) is None]
+    if missing:
+        raise Int2ConfigError(
+            f"int2 KV: APHRODITE_INT2KV_RECENT_WINDOW={options().recent_window} but the window caches of "
+            f"{len(missing)} int2 layers ({missing[0]}, ...) were not registered: the plugin's patches "
+            f"must be applied before the model is built (is the aphrodite_int2kv plugin loaded in this "
+            f"process?). Set APHRODITE_INT2KV_RECENT_WINDOW=0 to run without the window")
+
+
 class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
     # FULL CUDA graphs for pure one-token decode batches; prefills run piecewise.
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
@@ -122,6 +155,7 @@ class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
     def __init__(self, kv_cache_spec, layer_names, aphrodite_config, device):
         super().__init__(kv_cache_spec, layer_names, aphrodite_config, device)
         check_engine_features(aphrodite_config)
+        check_window_companions(aphrodite_config, layer_names)
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=False)
         _log_active(kv_cache_spec, layer_names)
 
@@ -149,11 +183,16 @@ def _log_active(spec, layer_names) -> None:
         opts = options()
         heads, head = spec.num_kv_heads, spec.head_size
         layout = SlotLayout(head, opts.group_size)
+        window = ""
+        if opts.recent_window:
+            window = (f"; + recent window of {opts.recent_window} tokens per sequence in full precision "
+                      f"({opts.recent_window * heads * head * 4} B per sequence per layer, own sliding-window "
+                      f"pages, counted in the engine's KV capacity)")
         init_logger("aphrodite.int2kv").info(
             "int2 KV cache active on %d layers (%s%s): %s; %d B per token per layer (bf16: %d B, %.2fx "
-            "fewer); page %d tokens", len(layer_names), ", ".join(list(layer_names)[:2]),
+            "fewer); page %d tokens%s", len(layer_names), ", ".join(list(layer_names)[:2]),
             ", ..." if len(layer_names) > 2 else "", opts.describe(), heads * layout.slot_bytes,
-            heads * head * 4, layout.ratio_vs(), spec.block_size)
+            heads * head * 4, layout.ratio_vs(), spec.block_size, window)
     except Exception as exc:  # logging must never stop the engine
         import logging
 
@@ -242,6 +281,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self._rot = None  # (R_q, R_k, R_v) on the device, built on first use
         self._k_center = None
+        self.window = self.opts.recent_window if kv_sharing_target_layer_name is None else 0
         from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
 
         # 0.21-0.23 hand the cache as [blocks, block_size, kv_heads, slot]; 0.24's LBNHC layout
@@ -324,6 +364,42 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         k = self._keys(key, n, rk, positions).to(key.dtype).contiguous()
         v = rotate(value[:n].view(n, self.num_kv_heads, self.head_size), rv).to(value.dtype).contiguous()
         int2_store(k, v, slot_mapping, cache, self.layout, self.opts.k_clip, self.opts.v_clip, self.opts.lloyd_max)
+        win = self._window_state(layer, key.dtype)
+        if win is not None:
+            # the window holds every key centered (as the prefill chunk is): sinks included
+            kw = k if positions is None else self._keys(key, n, rk).to(key.dtype).contiguous()
+            window_store(kw, v, win[2].slot_mapping[:n], win[0], win[1])
+
+    def _window_state(self, layer, dtype):
+        """(k_win, v_win, window metadata) of this layer's recent-window companion for the current
+        step; None when the window is off or there is no step (profiling). A step without the
+        companion's cache or metadata is an error: int2 was asked for with a window."""
+        if not self.window:
+            return None
+        try:
+            from aphrodite.forward_context import get_forward_context
+
+            fc = get_forward_context()
+        except Exception:
+            return None
+        am = fc.attn_metadata
+        if am is None:
+            return None
+        name = window_name(getattr(layer, "layer_name", ""))
+        if isinstance(am, list):
+            am = am[0]
+        companion = fc.no_compile_layers.get(name)
+        meta = am.get(name) if isinstance(am, dict) else None
+        if companion is None or meta is None or companion.kv_cache.numel() == 0:
+            raise Int2ConfigError(
+                f"int2 KV: the recent-window cache of layer {getattr(layer, 'layer_name', layer)!r} "
+                f"({name}) is missing from this engine step; was the plugin registered before the model "
+                f"was built? Set APHRODITE_INT2KV_RECENT_WINDOW=0 to run without the window")
+        cache = companion.kv_cache
+        if isinstance(cache, (list, tuple)):   # older engines kept one cache per virtual engine
+            cache = cache[0]
+        k_win, v_win = window_views(cache, self.num_kv_heads, self.head_size, dtype, self._heads_first)
+        return k_win, v_win, meta
 
     def _cache_view(self, kv_cache):
         """-> [blocks, block_size, kv_heads, slot] with the engine's real strides."""
@@ -345,6 +421,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         nd = m.num_decode_tokens
         sinks = self._sinks()
         qc = self._sink_qc(q) if sinks else None
+        win = self._window_state(layer, query.dtype)
         if m.num_decodes:
             # The launch shape depends on the batch only, so CUDA-graph capture and replay match.
             cfg = decode_launch_config(m.num_decodes, self.num_kv_heads, self.num_heads // self.num_kv_heads,
@@ -352,7 +429,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             int2_decode(q[:nd], cache, m.block_table[:m.num_decodes], m.seq_lens[:m.num_decodes],
                         self.layout, self.scale, cfg.num_splits, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max,
                         block_n=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                        block_h=cfg.block_h, sink_qc=qc[:nd] if sinks else None, sinks=sinks)
+                        block_h=cfg.block_h, sink_qc=qc[:nd] if sinks else None, sinks=sinks,
+                        window=(win[0], win[1], win[2].block_table[:m.num_decodes], self.window) if win else None)
         if m.num_prefills:
             k = self._keys(key[nd:], n - nd, rk).to(query.dtype).contiguous()
             v = rotate(value[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rv).to(query.dtype).contiguous()
@@ -360,7 +438,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             int2_prefill(q[nd:], k, v, cache, m.block_table[m.num_decodes:], qsl.to(torch.int32),
                          m.seq_lens[m.num_decodes:], m.max_query_len, self.layout, self.scale,
                          out=out_rot[nd:], lloyd_max=self.opts.lloyd_max,
-                         sink_qc=qc[nd:] if sinks else None, sinks=sinks)
+                         sink_qc=qc[nd:] if sinks else None, sinks=sinks,
+                         window=(win[0], win[1], win[2].block_table[m.num_decodes:], self.window) if win else None)
         out = unrotate_output(out_rot, rv, self.num_kv_heads)
         output[:n].view(n, self.num_heads, self.head_size).copy_(out)
         return output

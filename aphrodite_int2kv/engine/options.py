@@ -10,6 +10,7 @@ cores and workers inherit it). Validated at start-up with errors that name the v
 | APHRODITE_INT2KV_V_CLIP | 1.0 | clip ratio for V groups |
 | APHRODITE_INT2KV_LLOYD_MAX | 0 | 1: 4-level Lloyd-Max levels instead of uniform min/max |
 | APHRODITE_INT2KV_K_CENTER_SKIP | 4 | with K offsets: the first N tokens of each sequence (attention sinks) are stored uncentered |
+| APHRODITE_INT2KV_RECENT_WINDOW | 128 | the last R tokens of each sequence are also kept in bf16/fp16 and read from there (0 = off) |
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ class Int2Options:
     v_clip: float = 1.0
     lloyd_max: bool = False
     k_center_skip: int = 4
+    recent_window: int = 128
 
     @classmethod
     def from_env(cls, env=None) -> "Int2Options":
@@ -61,6 +63,7 @@ class Int2Options:
             v_clip=get("V_CLIP", 1.0, float, "a number"),
             lloyd_max=get("LLOYD_MAX", False, boolean, "0 or 1"),
             k_center_skip=get("K_CENTER_SKIP", 4, int, "an integer number of tokens"),
+            recent_window=get("RECENT_WINDOW", 128, int, "an integer number of tokens (0 = off)"),
         )
         opts.validate()
         return opts
@@ -69,6 +72,9 @@ class Int2Options:
         if not 0 <= self.k_center_skip <= 256:
             raise Int2ConfigError(f"{PREFIX}K_CENTER_SKIP={self.k_center_skip} must be between 0 and 256 "
                                   f"tokens (4 is the measured default)")
+        if not 0 <= self.recent_window <= 65536:
+            raise Int2ConfigError(f"{PREFIX}RECENT_WINDOW={self.recent_window} must be between 0 (off) and "
+                                  f"65536 tokens (128 is the measured default)")
         if self.group_size not in GROUP_SIZES:
             raise Int2ConfigError(f"{PREFIX}GROUP_SIZE={self.group_size} is not one of {GROUP_SIZES}")
         check_options(self.k_clip, self.lloyd_max, f"{PREFIX}K_CLIP: ")
@@ -85,4 +91,5 @@ class Int2Options:
         center = self.k_rotation not in ("hadamard", "none") and file_has_k_offsets(self.k_rotation)
         return (f"G={self.group_size} {quant} K-rot={self.k_rotation} V-rot={self.v_rotation} "
                 f"clip K/V={self.k_clip}/{self.v_clip} K-center="
-                f"{f'file offsets (first {self.k_center_skip} tokens uncentered)' if center else 'off'}")
+                f"{f'file offsets (first {self.k_center_skip} tokens uncentered)' if center else 'off'} "
+                f"recent window={self.recent_window or 'off'}")

@@ -117,3 +117,36 @@ def int2_store(k_rot: torch.Tensor, v_rot: torch.Tensor, slot_mapping: torch.Ten
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
         OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
     )
+
+
+@triton.jit
+def _window_store_kernel(
+    k_ptr, v_ptr, stride_kt, stride_kh,          # [T, Hkv, D] new keys / values (activation dtype)
+    wk_ptr, wv_ptr, stride_wb, stride_ws, stride_wh,   # window cache K / V pages [blocks, WBS, Hkv, D]
+    slot_ptr,                                    # [T] window slot (page * WBS + offset); -1 = padding
+    WBS: tl.constexpr, D: tl.constexpr,
+):
+    token = tl.program_id(0)
+    head = tl.program_id(1)
+    slot = tl.load(slot_ptr + token).to(tl.int64)
+    if slot >= 0:
+        cols = tl.arange(0, D)
+        src = token * stride_kt + head * stride_kh + cols
+        dst = (slot // WBS) * stride_wb + (slot % WBS) * stride_ws + head * stride_wh + cols
+        tl.store(wk_ptr + dst, tl.load(k_ptr + src).to(wk_ptr.dtype.element_ty))
+        tl.store(wv_ptr + dst, tl.load(v_ptr + src).to(wv_ptr.dtype.element_ty))
+
+
+def window_store(k: torch.Tensor, v: torch.Tensor, slot_mapping: torch.Tensor,
+                 k_win: torch.Tensor, v_win: torch.Tensor) -> None:
+    """Copy the new tokens' (rotated, centered) K/V [T, Hkv, D] into the full-precision recent-window
+    cache (k_win/v_win [blocks, window_block_size, Hkv, D], same strides) at `slot_mapping` (the
+    window group's slots; -1 skips). A fixed grid and no host sync, so CUDA graphs capture it."""
+    T, H, D = k.shape
+    assert v.shape == k.shape and k.stride() == v.stride() and k.stride(-1) == 1
+    assert k_win.stride() == v_win.stride() and k_win.stride(-1) == 1 and k_win.shape[2:] == (H, D)
+    if T == 0:
+        return
+    _window_store_kernel[(T, H)](
+        k, v, k.stride(0), k.stride(1), k_win, v_win, k_win.stride(0), k_win.stride(1), k_win.stride(2),
+        slot_mapping, WBS=k_win.shape[1], D=D)

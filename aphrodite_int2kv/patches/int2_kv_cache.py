@@ -14,6 +14,11 @@ How (each step probes before it changes anything; every wrapper carries the plug
        the backend's `customize_spec` instead and needs nothing here.
     D. Hybrid (GDN/Mamba) page alignment on the shape-based API: `_align_hybrid_block_size` runs
        upstream's algorithm with int2's real bytes per token, so the saving becomes capacity.
+    E. Recent window (both APIs): `Attention.__init__` of an int2 layer also registers its
+       full-precision sliding-window companion (`engine/window.py`) when
+       APHRODITE_INT2KV_RECENT_WINDOW > 0, so the engine's block manager owns the window; on the
+       0.21-0.23 block manager, `spec_manager_map` gains Int2WindowSpec -> Int2WindowManager (pages
+       only for positions inside the window after each step).
 Upstream PR:
     none (a new feature of this plugin).
 Remove when:
@@ -178,11 +183,46 @@ def _hybrid_alignment() -> str:
     return "hybrid-pages"
 
 
+def _window_companions() -> str:
+    from aphrodite.model_executor.layers.attention.attention import Attention
+
+    orig = Attention.__init__
+    if is_ours(orig):
+        return "recent-window"
+
+    @functools.wraps(orig)
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        if getattr(self, "kv_cache_dtype", None) != INT2:
+            return
+        from aphrodite_int2kv.engine.backend import options
+
+        opts = options()
+        if not opts.recent_window or self.kv_sharing_target_layer_name is not None:
+            return
+        from aphrodite.config import get_current_aphrodite_config
+
+        from aphrodite_int2kv.engine.window import Int2WindowLayer
+        from aphrodite_int2kv.int2.format import SlotLayout
+
+        ctx = get_current_aphrodite_config().compilation_config.static_forward_context
+        Int2WindowLayer(self.layer_name, self.num_kv_heads, self.head_size, opts.recent_window,
+                        SlotLayout(self.head_size, opts.group_size).slot_bytes, ctx)
+
+    Attention.__init__ = mark(__init__)
+    from aphrodite_int2kv.engine.window import window_budget_managed
+
+    # the block manager lives in the engine-core process: register our window manager there too
+    return "recent-window" + (" (window-sized page budget)" if window_budget_managed() else
+                              " (engine sliding-window budget)")
+
+
 def apply() -> Outcome:
     done = []
     try:
         done.append(_dtype_literal())
         done.append(_backend_selection())
+        done.append(_window_companions())
         if shape_based_kv_api():
             done.append(_kv_spec())
             done.append(_hybrid_alignment())
