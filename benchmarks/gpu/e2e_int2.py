@@ -33,11 +33,18 @@ def main():
     t0 = time.perf_counter()
     llm = LLM(**kw)
     init_s = time.perf_counter() - t0
+    # the last two prompts are longer than the default recent window (128): int2 is read there
     prompts = ["The Zen of Python says", "Beautiful is better than ugly. Explicit is better than",
-               "Namespaces are one honking great idea", "Errors should never pass silently. " * 12]
+               "Namespaces are one honking great idea", "Errors should never pass silently. " * 12,
+               "Now is better than never. Although never is often better than right now. " * 30,
+               " ".join(f"item {i}: value {i * 7 % 101}." for i in range(150))]
     sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=1)
     outs = llm.generate(prompts, sp, use_tqdm=False)
-    res = {"label": a.label, "kv": a.kv, "graph": a.graph, "tp": a.tp, "init_s": round(init_s, 1),
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k.startswith("APHRODITE_INT2KV_")}
+    res = {"label": a.label, "kv": a.kv, "graph": a.graph, "tp": a.tp, "init_s": round(init_s, 1), "env": env,
+           "prompt_tokens": [len(o.prompt_token_ids) for o in outs],
            "tokens": [list(o.outputs[0].token_ids) for o in outs],
            "logprobs": [[round(float(next(iter(lp.values())).logprob), 4) for lp in o.outputs[0].logprobs]
                         for o in outs]}
