@@ -397,3 +397,21 @@ def test_window_manager_keeps_only_the_live_window_pages(registered):
     assert len([b for b in mgr.req_to_blocks["r"] if not b.is_null]) <= -(-(R - 1) // W) + 1
     mgr.free("r")
     assert pool.get_num_free_blocks() == free0
+
+
+def test_window_metadata_builder_builds(registered, tmp_path):
+    """The engine instantiates the companion's builder per KV-cache group: it must construct with the
+    engine's arguments and hand the window group's block table and slots through."""
+    from aphrodite.engine.arg_utils import EngineArgs
+
+    from aphrodite_int2kv.engine.window import Int2WindowBackend, Int2WindowSpec
+
+    cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=4096,
+                     skip_tokenizer_init=True).create_engine_config()
+    spec = Int2WindowSpec(block_size=48, num_kv_heads=8, head_size=128, dtype=torch.bfloat16, sliding_window=128)
+    builder = Int2WindowBackend.get_builder_cls()(spec, ["model.layers.0.self_attn.attn.int2_window"], cfg,
+                                                   torch.device("cpu"))
+    cam = type("CAM", (), dict(block_table_tensor=torch.arange(6).view(2, 3), slot_mapping=torch.arange(5)))()
+    meta = builder.build(0, cam)
+    assert meta.block_table is cam.block_table_tensor and meta.slot_mapping is cam.slot_mapping
+    assert Int2WindowBackend.get_kv_cache_shape(7, 48, 8, 128) == (7, 48, 8, 256)

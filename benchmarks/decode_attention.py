@@ -227,7 +227,7 @@ def main():
                     cfg = decode_launch_config(B, Hkv, Hq // Hkv, D, props.multi_processor_count)
                     splits = cfg.num_splits
                     out = torch.empty_like(q)
-                    ws = (torch.empty(B * Hq * (splits + 1) * D, device="cuda"),   # + the window's split
+                    ws = (torch.empty(B * Hq * (splits + 1) * D, device="cuda"),   # room for a window split
                           torch.empty(B * Hq * (splits + 1), device="cuda"))
                     fn = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                              workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,

@@ -92,6 +92,9 @@ class Int2WindowMetadata(AttentionMetadata):
 class Int2WindowMetadataBuilder(AttentionMetadataBuilder[Int2WindowMetadata]):
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.ALWAYS
 
+    def __init__(self, kv_cache_spec, layer_names, aphrodite_config, device):
+        super().__init__(kv_cache_spec, layer_names, aphrodite_config, device)
+
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         cam = common_attn_metadata
         return Int2WindowMetadata(block_table=cam.block_table_tensor, slot_mapping=cam.slot_mapping)

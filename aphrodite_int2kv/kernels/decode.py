@@ -221,12 +221,13 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     (page ids); seq_lens [B] int32, the number of cached tokens to attend (current token included).
     `num_splits` is fixed by the caller so grids are identical between CUDA-graph capture and replay;
     `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated buffers, optional
-    (S = num_splits, + 1 with a window).
+    (S = num_splits, or 2 with a window when num_splits is 1).
     K centering: with `sinks` > 0, positions < sinks hold uncentered keys and `sink_qc` [B, Hq]
     (fp32, q_rot . c_rot of the query's KV head) is subtracted from their scores.
     Recent window: `window` = (k_win, v_win [blocks, window_block_size, Hkv, D] in the same rotated
     (and centered) basis, window_block_table [B, max_blocks] int32, R): the last R tokens of each
-    sequence are read there in full precision, by one extra split, the rest from the int2 cache.
+    sequence are read there in full precision by one split of the `num_splits` (its own), the rest
+    from the int2 cache by the others.
     """
     B, Hq, D = q_rot.shape
     Hkv = kv_cache.shape[2]
@@ -241,7 +242,12 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     grid_heads = triton.cdiv(Hq, min(block_h, ratio)) if _upstream_head_map else Hkv * tiles
     if out is None:
         out = torch.empty_like(q_rot)
-    total_splits = num_splits + (1 if window else 0)   # + the recent window's own split
+    total_splits = num_splits
+    if window:
+        # the recent window gets one split of its own, taken from the int2 splits so the grid keeps
+        # the size the launch config chose (one more split per sequence can spill a second wave)
+        num_splits = max(1, num_splits - 1)
+        total_splits = num_splits + 1
     if workspace is None:
         part_out = torch.empty(B * Hq * total_splits * D, dtype=torch.float32, device=q_rot.device)
         part_lse = torch.empty(B * Hq * total_splits, dtype=torch.float32, device=q_rot.device)
