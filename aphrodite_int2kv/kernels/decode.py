@@ -39,6 +39,7 @@ def _int2_decode_split_kernel(
     part_out_ptr, part_lse_ptr,                  # [B, Hq, NUM_SPLITS, D] fp32, [B, Hq, NUM_SPLITS] fp32
     qk_scale,                                    # softmax scale * log2(e)
     num_splits,                                  # runtime: one compiled kernel serves every split count
+    window_len, row_splits,                      # runtime: tokens left to the window pass; splits per row
     qc_ptr, stride_qcb,                          # [B, Hq] fp32 q.c (K centering with SINKS > 0)
     wk_ptr, wv_ptr, stride_wb, stride_ws, stride_wh,   # recent window: paged [blocks, WBS, Hkv, D] K / V
     wbt_ptr, stride_wbt,                         # its block table [B, max_blocks] (logical block -> page)
@@ -49,7 +50,7 @@ def _int2_decode_split_kernel(
     OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
     DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr,
-    WINDOW: tl.constexpr = 0, WBS: tl.constexpr = 16,   # last WINDOW tokens read from the window cache
+    WINDOW_PASS: tl.constexpr = False, WBS: tl.constexpr = 16,   # the recent-window launch (see int2_decode)
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
 ):
     W: tl.constexpr = D // 4
@@ -71,13 +72,10 @@ def _int2_decode_split_kernel(
         hmask = in_group < RATIO
 
     seq_len = tl.load(seq_lens_ptr + batch)
-    # int2 tokens: [0, int2_len), divided among the num_splits splits. With a recent window, the
-    # last WINDOW tokens are read from the window cache by one extra split (index num_splits), so
-    # the window never lengthens an int2 split (the critical path stays one int2 split).
-    if WINDOW > 0:
-        int2_len = tl.maximum(seq_len - WINDOW, 0)
-    else:
-        int2_len = seq_len
+    # int2 tokens: [0, int2_len), divided among the num_splits splits; the last window_len tokens
+    # belong to the recent window, read by a separate launch (WINDOW_PASS) into split slot
+    # num_splits, so its code does not weigh on the int2 loop and its grid adds no wave.
+    int2_len = tl.maximum(seq_len - window_len, 0)
     per_split = tl.cdiv(tl.cdiv(int2_len, num_splits), BLOCK_N) * BLOCK_N
     start = split * per_split
     end = tl.minimum(start + per_split, int2_len)
@@ -100,25 +98,23 @@ def _int2_decode_split_kernel(
     acc2 = tl.zeros([BLOCK_H, W], tl.float32)
     acc3 = tl.zeros([BLOCK_H, W], tl.float32)
 
-    m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
-        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end,
-        block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
-        qk_scale, qc, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
-        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
-    if WINDOW > 0:
-        window_end = tl.where(split == num_splits, seq_len, int2_len)   # empty except in the window split
+    if WINDOW_PASS:
         m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, int2_len, window_end,
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, int2_len, seq_len,
             wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
             qk_scale, WBS, BLOCK_H, BLOCK_N, W, DOT)
+        slot_index = num_splits
+    else:
+        m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end,
+            block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
+            qk_scale, qc, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+        slot_index = split
 
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
-    if WINDOW > 0:
-        total_splits = num_splits + 1
-    else:
-        total_splits = num_splits
-    row = (batch * NUM_Q_HEADS + q_head) * total_splits + split
+    row = (batch * NUM_Q_HEADS + q_head) * row_splits + slot_index
     out_rows = part_out_ptr + row[:, None] * D + cols[None, :]
     tl.store(out_rows + 0 * W, acc0 * inv_l[:, None], mask=hmask[:, None])
     tl.store(out_rows + 1 * W, acc1 * inv_l[:, None], mask=hmask[:, None])
@@ -221,13 +217,13 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     (page ids); seq_lens [B] int32, the number of cached tokens to attend (current token included).
     `num_splits` is fixed by the caller so grids are identical between CUDA-graph capture and replay;
     `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated buffers, optional
-    (S = num_splits, or 2 with a window when num_splits is 1).
+    (S = num_splits, + 1 with a window).
     K centering: with `sinks` > 0, positions < sinks hold uncentered keys and `sink_qc` [B, Hq]
     (fp32, q_rot . c_rot of the query's KV head) is subtracted from their scores.
     Recent window: `window` = (k_win, v_win [blocks, window_block_size, Hkv, D] in the same rotated
     (and centered) basis, window_block_table [B, max_blocks] int32, R): the last R tokens of each
-    sequence are read there in full precision by one split of the `num_splits` (its own), the rest
-    from the int2 cache by the others.
+    sequence are read there in full precision by a second, small launch (one program per sequence
+    and head tile) into split slot `num_splits`; the `num_splits` int2 splits read the rest.
     """
     B, Hq, D = q_rot.shape
     Hkv = kv_cache.shape[2]
@@ -242,12 +238,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     grid_heads = triton.cdiv(Hq, min(block_h, ratio)) if _upstream_head_map else Hkv * tiles
     if out is None:
         out = torch.empty_like(q_rot)
-    total_splits = num_splits
-    if window:
-        # the recent window gets one split of its own, taken from the int2 splits so the grid keeps
-        # the size the launch config chose (one more split per sequence can spill a second wave)
-        num_splits = max(1, num_splits - 1)
-        total_splits = num_splits + 1
+    # the recent window's partial result goes to one more split slot, written by its own launch
+    total_splits = num_splits + (1 if window else 0)
     if workspace is None:
         part_out = torch.empty(B * Hq * total_splits * D, dtype=torch.float32, device=q_rot.device)
         part_lse = torch.empty(B * Hq * total_splits, dtype=torch.float32, device=q_rot.device)
@@ -255,23 +247,25 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         part_out, part_lse = workspace
         assert part_lse.numel() >= B * Hq * total_splits and part_out.numel() >= B * Hq * total_splits * D
     lv = LLOYD_MAX_LEVELS
-    _int2_decode_split_kernel[(B, grid_heads, total_splits)](
-        q_rot, q_rot.stride(0), q_rot.stride(1),
-        kv_cache, kv_cache.view(torch.float16),
-        kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
-        block_table, block_table.stride(0), seq_lens,
-        part_out, part_lse, sm_scale * LOG2E, num_splits,
-        sink_qc if sinks else part_lse, sink_qc.stride(0) if sinks else 0,
-        *_window_args(window, q_rot),
-        BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size,
-        RATIO=ratio, TILES=tiles, NUM_Q_HEADS=Hq, BLOCK_H=block_h, BLOCK_N=block_n,
-        OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
-        OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
-        LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
-        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), SINKS=int(sinks), WINDOW=int(window[3]) if window else 0,
-        WBS=window[0].shape[1] if window else 16, UPSTREAM_HEAD_MAP=_upstream_head_map, num_warps=num_warps,
-        **({} if num_stages is None else {"num_stages": num_stages}),
-    )
+    common = dict(BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size,
+                  RATIO=ratio, TILES=tiles, NUM_Q_HEADS=Hq, BLOCK_H=block_h, BLOCK_N=block_n,
+                  OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
+                  OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
+                  LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
+                  DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), SINKS=int(sinks),
+                  UPSTREAM_HEAD_MAP=_upstream_head_map, num_warps=num_warps,
+                  **({} if num_stages is None else {"num_stages": num_stages}))
+    args = (q_rot, q_rot.stride(0), q_rot.stride(1),
+            kv_cache, kv_cache.view(torch.float16),
+            kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
+            block_table, block_table.stride(0), seq_lens,
+            part_out, part_lse, sm_scale * LOG2E, num_splits, int(window[3]) if window else 0, total_splits,
+            sink_qc if sinks else part_lse, sink_qc.stride(0) if sinks else 0)
+    _int2_decode_split_kernel[(B, grid_heads, num_splits)](*args, *_window_args(None, q_rot), WINDOW_PASS=False,
+                                                          WBS=16, **common)
+    if window:
+        _int2_decode_split_kernel[(B, grid_heads, 1)](*args, *_window_args(window, q_rot), WINDOW_PASS=True,
+                                                     WBS=window[0].shape[1], **common)
     _int2_decode_merge_kernel[(B, Hq)](
         part_out, part_lse, out, out.stride(0), out.stride(1),
         NUM_Q_HEADS=Hq, NUM_SPLITS=total_splits, SPLITS_P2=triton.next_power_of_2(total_splits), D=D,
