@@ -87,6 +87,10 @@ def main():
         schemes += engine_schemes(a.calibrated)
     if "skip" in parts:   # only the uncentered-sink rows
         schemes += [x for x in engine_schemes(a.calibrated) if x.center_skip]
+    if "datafree" in parts:   # data-free per-sequence K offsets the engine could recompute from its cache
+        schemes += [Scheme(f"int2 hadamard G32 sink0 recent{r} K-mean of first {n} (from int2), first {n} uncentered",
+                           "int2", group_size=32, center=True, center_skip=n, center_from_cache=True, recent=r)
+                    for n in (16, 32, 64) for r in (128,)]
     if "calibrated-skip" in parts:
         k, v = os.path.join(a.calibrated, "k_rotation.pt"), os.path.join(a.calibrated, "v_rotation.pt")
         schemes += [Scheme(f"int2 calibrated G32 sink0 recent{r} K-offset, first 4 uncentered", "int2",

@@ -29,6 +29,7 @@ class Scheme:
     sink: int = 0                # first S tokens kept in full precision
     center: bool = False         # subtract a per-head K offset (mean of the first 32 keys) first
     center_skip: int = 0         # ...except for the first N tokens, stored uncentered in int2
+    center_from_cache: bool = False   # data-free offset: mean of the first center_skip keys as int2 reads them back
 
     def bits_per_element(self, head_dim: int, context: int = 32768) -> float:
         base = {"fp": 16.0, "fp8": 8.0,
@@ -99,6 +100,13 @@ class KVTransform:
         if s.center:   # a calibrated offset from the rotation file, else the first 32 keys' mean
             off = self.offsets.get(layer)
             offset = off.reshape(-1, self.D)[None] if off is not None else k[:32].mean(0, keepdim=True)
+            if s.center_from_cache and off is None:
+                # what a reader of the cache alone can recompute: the first center_skip keys are
+                # stored uncentered, so their dequantized mean is known to every later step
+                n = min(s.center_skip, k.shape[0])
+                first = encode_slots(rotate(k[:n], rk), rotate(v[:n], rv), self.layout, s.k_clip, s.v_clip,
+                                     s.lloyd_max)
+                offset = rotate(decode_slots(first, self.layout, s.lloyd_max)[0], rk.transpose(-1, -2)).mean(0, keepdim=True)
         slots = encode_slots(rotate(k - offset, rk), rotate(v, rv), self.layout, s.k_clip, s.v_clip,
                              s.lloyd_max)
         kd, vd = decode_slots(slots, self.layout, s.lloyd_max)
