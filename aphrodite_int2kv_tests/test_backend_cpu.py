@@ -299,3 +299,18 @@ def test_recent_window_in_the_engine_glue(impl, RW):
     torch.testing.assert_close(out[1:], _expected(qB[37:], kB, vB, 37, max(0, 37 - (RW - 1))), atol=1e-4, rtol=0)
     if RW < 20:   # the window is what made those keys exact: int2 alone gives another answer
         assert (out[:1] - _expected(qA[20:], kA, vA, 20, 21)).abs().max() > 1e-2
+
+
+def test_window_views_read_both_engine_layouts(engine):
+    """0.21-0.23 hand the window cache as [pages, block, Hkv, 2D] in the model dtype; 0.24 as the
+    logical [pages, Hkv, block, bytes] view of the same memory. Both give the same K and V."""
+    from aphrodite_int2kv.engine.window import window_views
+
+    P, WBS, H = 3, 5, 2
+    raw = torch.randn(P, WBS, H, 2 * D, device=DEVICE).to(torch.bfloat16)
+    k1, v1 = window_views(raw, H, D, torch.bfloat16, heads_first=False)
+    logical = raw.view(torch.int8).transpose(1, 2)          # what 0.24's allocator hands out
+    k2, v2 = window_views(logical, H, D, torch.bfloat16, heads_first=True)
+    assert torch.equal(k1, k2) and torch.equal(v1, v2)
+    assert torch.equal(k1, raw[..., :D]) and torch.equal(v2, raw[..., D:])
+    assert k1.stride() == v1.stride() and k1.stride(-1) == 1     # what the kernels require

@@ -364,3 +364,23 @@ def test_prefill_of_last_token_equals_decode():
     torch.testing.assert_close(dec.float(), R.decode_reference(q, cache, bt, sl, L, 128 ** -0.5),
                                atol=ATOL, rtol=0)
     assert (dec.float() - pre.float()).abs().max() < 0.5   # same attention up to 2-bit noise
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_window_store_writes_slots_and_skips_padding(dtype):
+    """window_store copies each new token's K/V to its window slot in the [pages, block, Hkv, K|V]
+    cache exactly (a dtype copy), and leaves everything else alone (slot -1: padding)."""
+    from aphrodite_int2kv.kernels.store import window_store
+
+    T, H, D, WBS = 5, 2, 64, 3
+    k = torch.randn(T, H, D, device=DEVICE).to(dtype)
+    v = torch.randn(T, H, D, device=DEVICE).to(dtype)
+    cache = torch.full((4, WBS, H, 2 * D), 7.0, device=DEVICE, dtype=dtype)
+    slots = torch.tensor([4, -1, 11, 0, -1], device=DEVICE)
+    window_store(k, v, slots, cache[..., :D], cache[..., D:])
+    flat = cache.view(4 * WBS, H, 2 * D)
+    for t, s in enumerate(slots.tolist()):
+        if s >= 0:
+            assert torch.equal(flat[s, :, :D], k[t]) and torch.equal(flat[s, :, D:], v[t])
+    untouched = [i for i in range(4 * WBS) if i not in (4, 11, 0)]
+    assert bool((flat[untouched] == 7.0).all())
