@@ -60,6 +60,16 @@ def test_doctor_reports_per_version(engine):
         assert word in line, line
 
 
+def test_doctor_shows_and_validates_the_int2_options(engine):
+    exe = shutil.which("aphrodite-int2kv", path=os.path.dirname(sys.executable))
+    res = subprocess.run([exe, "doctor"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "APHRODITE_INT2KV_RECENT_WINDOW": "64"})
+    assert res.returncode == 0 and "recent window=64" in res.stdout, res.stdout[-2000:]
+    res = subprocess.run([exe, "doctor"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "APHRODITE_INT2KV_GROUP_SIZE": "48"})
+    assert res.returncode == 1 and "INVALID" in res.stdout and "GROUP_SIZE=48" in res.stdout
+
+
 def test_doctor_fails_when_plugin_is_filtered_out(engine):
     exe = shutil.which("aphrodite-int2kv", path=os.path.dirname(sys.executable))
     res = subprocess.run([exe, "doctor"], capture_output=True, text=True, timeout=300,

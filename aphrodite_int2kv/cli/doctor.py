@@ -68,7 +68,18 @@ def run(args) -> int:
     for o in outcomes:
         print(f"  {o.name:<24} {o.pr or '':<20} {labels.get(o.state, o.state):<24} {o.detail}")
 
+    # the APHRODITE_INT2KV_* settings every engine process will read (validated as at start-up)
+    from aphrodite_int2kv.engine.options import Int2Options
+    from aphrodite_int2kv.int2.format import Int2ConfigError
+
+    try:
+        print("\nint2 options:", Int2Options.from_env().describe())
+        options_ok = True
+    except Int2ConfigError as exc:
+        print("\nint2 options: INVALID:", exc)
+        options_ok = False
+
     failed = [o for o in outcomes if o.state == FAILED]
-    ok = visible and not failed and engine_in_range(engine)
+    ok = visible and not failed and engine_in_range(engine) and options_ok
     print("\nstatus:", "OK" if ok else "PROBLEMS FOUND")
     return 0 if ok else 1
