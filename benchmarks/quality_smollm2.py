@@ -91,6 +91,10 @@ def main():
         schemes += [Scheme(f"int2 hadamard G32 sink0 recent{r} K-mean of first {n} (from int2), first {n} uncentered",
                            "int2", group_size=32, center=True, center_skip=n, center_from_cache=True, recent=r)
                     for n in (16, 32, 64) for r in (128,)]
+    if "datafree2" in parts:  # the same, with the first 4 keys (attention sinks) left out of the mean
+        schemes += [Scheme(f"int2 hadamard G32 sink0 recent128 K-mean of keys 4..{n} (from int2), first {n} uncentered",
+                           "int2", group_size=32, center=True, center_skip=n, center_from_cache=True,
+                           center_mean_from=4, recent=128) for n in (20, 36, 68)]
     if "calibrated-skip" in parts:
         k, v = os.path.join(a.calibrated, "k_rotation.pt"), os.path.join(a.calibrated, "v_rotation.pt")
         schemes += [Scheme(f"int2 calibrated G32 sink0 recent{r} K-offset, first 4 uncentered", "int2",

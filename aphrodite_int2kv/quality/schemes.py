@@ -30,6 +30,7 @@ class Scheme:
     center: bool = False         # subtract a per-head K offset (mean of the first 32 keys) first
     center_skip: int = 0         # ...except for the first N tokens, stored uncentered in int2
     center_from_cache: bool = False   # data-free offset: mean of the first center_skip keys as int2 reads them back
+    center_mean_from: int = 0    # ...leaving the first N of them (attention sinks) out of the mean
 
     def bits_per_element(self, head_dim: int, context: int = 32768) -> float:
         base = {"fp": 16.0, "fp8": 8.0,
@@ -106,7 +107,8 @@ class KVTransform:
                 n = min(s.center_skip, k.shape[0])
                 first = encode_slots(rotate(k[:n], rk), rotate(v[:n], rv), self.layout, s.k_clip, s.v_clip,
                                      s.lloyd_max)
-                offset = rotate(decode_slots(first, self.layout, s.lloyd_max)[0], rk.transpose(-1, -2)).mean(0, keepdim=True)
+                kd0 = rotate(decode_slots(first, self.layout, s.lloyd_max)[0], rk.transpose(-1, -2))
+                offset = kd0[min(s.center_mean_from, n - 1):].mean(0, keepdim=True)
         slots = encode_slots(rotate(k - offset, rk), rotate(v, rv), self.layout, s.k_clip, s.v_clip,
                              s.lloyd_max)
         kd, vd = decode_slots(slots, self.layout, s.lloyd_max)
