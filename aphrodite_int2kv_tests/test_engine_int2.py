@@ -221,16 +221,31 @@ def test_hybrid_alignment_without_the_fix_sizes_int2_as_bytes(registered, tmp_pa
     assert cfg.cache_config.mamba_page_size_padded == cfg.cache_config.block_size * eight_bit_per_token
 
 
-def _build_int2_layers(cfg, n):
-    """Real `Attention` layers as a model builds them (our __init__ wrapper adds the companions)."""
+def _build_int2_layers(cfg, n, backend="int2"):
+    """Real `Attention` layers as a model builds them (our __init__ wrapper adds the companions).
+    This host is CPU-only, so the backend the CUDA platform would select for int2 is passed in."""
     from aphrodite.config import set_current_aphrodite_config
     from aphrodite.model_executor.layers.attention.attention import Attention
 
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+
     hf = cfg.model_config.hf_config
+    extra = {"attn_backend": Int2AttentionBackend} if backend == "int2" else {}
     with set_current_aphrodite_config(cfg):
         return [Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,
                           num_kv_heads=hf.num_key_value_heads, cache_config=cfg.cache_config,
-                          prefix=f"model.layers.{i}.self_attn.attn") for i in range(n)]
+                          prefix=f"model.layers.{i}.self_attn.attn", **extra) for i in range(n)]
+
+
+def test_int2_on_a_non_cuda_platform_stops_at_layer_build(registered, tmp_path):
+    """The CPU platform selects its own attention backend for an int2 layer: start-up must stop there
+    with the reason, not run int2 pages through another backend."""
+    from aphrodite.engine.arg_utils import EngineArgs
+
+    cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=4096,
+                     skip_tokenizer_init=True).create_engine_config()
+    with pytest.raises(Int2ConfigError, match="needs the CUDA platform.*CpuPlatform"):
+        _build_int2_layers(cfg, 1, backend="platform")
 
 
 def _engine_specs(cfg):

@@ -14,7 +14,8 @@ How (each step probes before it changes anything; every wrapper carries the plug
        the backend's `customize_spec` instead and needs nothing here.
     D. Hybrid (GDN/Mamba) page alignment on the shape-based API: `_align_hybrid_block_size` runs
        upstream's algorithm with int2's real bytes per token, so the saving becomes capacity.
-    E. Recent window (both APIs): `Attention.__init__` of an int2 layer also registers its
+    E. Recent window (both APIs): `Attention.__init__` of an int2 layer checks that it got our
+       backend (else: a clear error, e.g. on a non-CUDA platform) and registers its
        full-precision sliding-window companion (`engine/window.py`) when
        APHRODITE_INT2KV_RECENT_WINDOW > 0, so the engine's block manager owns the window; on the
        0.21-0.23 block manager, `spec_manager_map` gains Int2WindowSpec -> Int2WindowManager (pages
@@ -195,7 +196,20 @@ def _window_companions() -> str:
         orig(self, *args, **kwargs)
         if getattr(self, "kv_cache_dtype", None) != INT2:
             return
-        from aphrodite_int2kv.engine.backend import options
+        from aphrodite_int2kv.engine.backend import Int2AttentionBackend, options
+
+        backend = getattr(self, "attn_backend", None)
+        if not (isinstance(backend, type) and issubclass(backend, Int2AttentionBackend)):
+            # e.g. a CPU/ROCm/XPU platform, which never routes int2 to our backend: its own
+            # backend would read the int2 pages as something else
+            from aphrodite.platforms import current_platform
+
+            from aphrodite_int2kv.int2.format import Int2ConfigError
+
+            raise Int2ConfigError(
+                f"--kv-cache-dtype int2 needs the CUDA platform and the int2 attention backend; layer "
+                f"{self.layer_name} got {getattr(backend, '__name__', backend)} on "
+                f"{type(current_platform).__name__}. Use an NVIDIA GPU, or another --kv-cache-dtype")
 
         opts = options()
         if not opts.recent_window or self.kv_sharing_target_layer_name is not None:
