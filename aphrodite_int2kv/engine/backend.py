@@ -329,16 +329,18 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         return self._rot
 
     def _keys(self, key, n, rk, positions=None):
-        """Rotated keys, centered when the K file has offsets; with `positions`, the first
-        k_center_skip positions of each sequence (the attention sinks) stay uncentered."""
+        """Rotated keys, centered when the K file has offsets -> (keys, all_centered). With
+        `positions`, the first k_center_skip positions of each sequence (the attention sinks) stay
+        uncentered in `keys`; `all_centered` (what the window cache and prefill chunks hold) then
+        comes from the same rotation, else it is `keys` itself."""
         k = rotate(key[:n].view(n, self.num_kv_heads, self.head_size), rk)
-        if self._k_center is not None:
-            if positions is None:
-                k = k - self._k_center
-            else:
-                keep = (positions[:n] >= self.opts.k_center_skip).to(k.dtype)[:, None, None]
-                k = k - keep * self._k_center
-        return k
+        if self._k_center is None:
+            return k, k
+        centered = k - self._k_center
+        if positions is None:
+            return centered, centered
+        sink = (positions[:n] < self.opts.k_center_skip)[:, None, None]
+        return torch.where(sink, k, centered), centered
 
     def _sinks(self) -> int:
         return self.opts.k_center_skip if self._k_center is not None else 0
@@ -361,13 +363,14 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             m = attn_metadata if attn_metadata is not None else _layer_metadata(layer)
             if m is not None:
                 positions = token_positions(m.query_start_loc, m.seq_lens, n)
-        k = self._keys(key, n, rk, positions).to(key.dtype).contiguous()
+        k, k_centered = self._keys(key, n, rk, positions)
+        k = k.to(key.dtype).contiguous()
         v = rotate(value[:n].view(n, self.num_kv_heads, self.head_size), rv).to(value.dtype).contiguous()
         int2_store(k, v, slot_mapping, cache, self.layout, self.opts.k_clip, self.opts.v_clip, self.opts.lloyd_max)
         win = self._window_state(layer, key.dtype)
         if win is not None:
             # the window holds every key centered (as the prefill chunk is): sinks included
-            kw = k if positions is None else self._keys(key, n, rk).to(key.dtype).contiguous()
+            kw = k if positions is None else k_centered.to(key.dtype).contiguous()
             window_store(kw, v, win[2].slot_mapping[:n], win[0], win[1])
 
     def _window_state(self, layer, dtype):
@@ -432,7 +435,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                         block_h=cfg.block_h, sink_qc=qc[:nd] if sinks else None, sinks=sinks,
                         window=(win[0], win[1], win[2].block_table[:m.num_decodes], self.window) if win else None)
         if m.num_prefills:
-            k = self._keys(key[nd:], n - nd, rk).to(query.dtype).contiguous()
+            k = self._keys(key[nd:], n - nd, rk)[0].to(query.dtype).contiguous()
             v = rotate(value[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rv).to(query.dtype).contiguous()
             qsl = m.query_start_loc[m.num_decodes:] - m.query_start_loc[m.num_decodes]
             int2_prefill(q[nd:], k, v, cache, m.block_table[m.num_decodes:], qsl.to(torch.int32),

@@ -15,6 +15,7 @@ its page exactly as large as the int2 page: window_block = int2_block * slot_byt
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import ClassVar
 
@@ -221,6 +222,7 @@ _BASE_API = {
 }
 
 
+@functools.lru_cache(maxsize=None)   # asked per layer at spec time; the answer is per process
 def window_budget_managed() -> bool:
     """True when the installed block manager has the API Int2WindowManager overrides (0.21-0.23);
     then the manager is registered for Int2WindowSpec. 0.24 rewrote its sliding-window manager:

@@ -217,6 +217,27 @@ def fp_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, k_rows, v_rows, nm
 
 
 @triton.jit
+def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, table_row, head_off,
+                stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE: tl.constexpr,
+                ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+                SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
+                OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
+                L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
+                FAST: tl.constexpr, SINKS: tl.constexpr):
+    """Tiles starting at lo, lo + N, ... below hi; positions >= end are masked."""
+    for n0 in range(lo, hi, N):
+        tok = n0 + tl.arange(0, N)
+        nmask = tok < end
+        page = tl.load(table_row + tok // BLOCK_SIZE, mask=nmask, other=0)
+        slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
+        m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
+            cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG, SEG,
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+    return m_i, l_i, acc0, acc1, acc2, acc3
+
+
+@triton.jit
 def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_row, head_off,
               stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE: tl.constexpr,
               ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
@@ -226,29 +247,18 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_ro
               FAST: tl.constexpr, SINKS: tl.constexpr):
     """Positions [lo, hi) of one sequence from the paged int2 cache, N at a time. table_row: the
     sequence's block-table row (pointer); head_off: the KV head's byte offset in a token's row.
-    Only the tiles holding positions < SINKS pay for the sink correction (a separate loop)."""
+    Only the tiles holding positions < SINKS pay for the sink correction (their own loop)."""
     sink_hi = lo
     if SINKS > 0:
         sink_hi = tl.minimum(hi, lo + tl.cdiv(tl.maximum(SINKS - lo, 0), N) * N)
-        for n0 in range(lo, sink_hi, N):
-            tok = n0 + tl.arange(0, N)
-            nmask = tok < hi
-            page = tl.load(table_row + tok // BLOCK_SIZE, mask=nmask, other=0)
-            slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
-            m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
-                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-                cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG, SEG,
-                OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
-    for n0 in range(sink_hi, hi, N):
-        tok = n0 + tl.arange(0, N)
-        nmask = tok < hi
-        page = tl.load(table_row + tok // BLOCK_SIZE, mask=nmask, other=0)
-        slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
-        m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-            cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0)
-    return m_i, l_i, acc0, acc1, acc2, acc3
+        m_i, l_i, acc0, acc1, acc2, acc3 = _int2_tiles(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, sink_hi, hi, table_row, head_off,
+            stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE, ROWS, N, W, G, NG, SEG,
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+    return _int2_tiles(
+        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, sink_hi, hi, hi, table_row, head_off,
+        stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE, ROWS, N, W, G, NG, SEG,
+        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0)
 
 
 @triton.jit
