@@ -144,8 +144,9 @@ def test_sliding_window_layers_are_refused_with_the_fix(registered):
 @pytest.mark.parametrize("env,match", [
     ({"APHRODITE_INT2KV_GROUP_SIZE": "48"}, "GROUP_SIZE=48 is not one of"),
     ({"APHRODITE_INT2KV_GROUP_SIZE": "abc"}, "GROUP_SIZE='abc' is not an integer"),
-    ({"APHRODITE_INT2KV_K_CLIP": "1.7"}, "K_CLIP: clip ratio 1.7"),
+    ({"APHRODITE_INT2KV_K_CLIP": "1.7", "APHRODITE_INT2KV_LLOYD_MAX": "0"}, "K_CLIP: clip ratio 1.7"),
     ({"APHRODITE_INT2KV_LLOYD_MAX": "1", "APHRODITE_INT2KV_V_CLIP": "0.9"}, "Lloyd-Max"),
+    ({"APHRODITE_INT2KV_K_CLIP": "0.9"}, "K_CLIP=0.9: clip ratios apply to uniform levels only.*LLOYD_MAX=0"),
     ({"APHRODITE_INT2KV_LLOYD_MAX": "maybe"}, "LLOYD_MAX='maybe' is not 0 or 1"),
     ({"APHRODITE_INT2KV_K_ROTATION": "/nope/rot.pt"}, "K_ROTATION='/nope/rot.pt'"),
     ({"APHRODITE_INT2KV_K_CENTER_SKIP": "-1"}, "K_CENTER_SKIP=-1 must be between 0 and 256"),
@@ -160,9 +161,10 @@ def test_option_errors_name_the_variable(env, match):
 
 def test_options_defaults_and_values():
     assert Int2Options.from_env({}) == Int2Options()
-    o = Int2Options.from_env({"APHRODITE_INT2KV_GROUP_SIZE": "64", "APHRODITE_INT2KV_LLOYD_MAX": "1",
-                              "APHRODITE_INT2KV_V_ROTATION": "none"})
-    assert (o.group_size, o.lloyd_max, o.v_rotation) == (64, True, "none")
+    assert Int2Options().lloyd_max   # the measured default (benchmarks/results/quality_smollm2.json)
+    o = Int2Options.from_env({"APHRODITE_INT2KV_GROUP_SIZE": "64", "APHRODITE_INT2KV_LLOYD_MAX": "0",
+                              "APHRODITE_INT2KV_V_ROTATION": "none", "APHRODITE_INT2KV_K_CLIP": "0.9"})
+    assert (o.group_size, o.lloyd_max, o.v_rotation, o.k_clip) == (64, False, "none", 0.9)
 
 
 def _hybrid_dir(tmp_path):
@@ -294,8 +296,8 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     cfg = EngineArgs(model=model, kv_cache_dtype="int2", max_model_len=32768,
                      skip_tokenizer_init=True).create_engine_config()
     with set_current_aphrodite_config(cfg):
-        assert Int2AttentionBackend.get_preferred_block_size(16) == 256   # what the CUDA platform asks
-    cfg.cache_config.block_size = 256
+        assert Int2AttentionBackend.get_preferred_block_size(16) == 128   # what the CUDA platform asks
+    cfg.cache_config.block_size = 128
     _build_int2_layers(cfg, 4)
     specs = _engine_specs(cfg)
     windows = {n: s for n, s in specs.items() if n.endswith(".int2_window")}
@@ -303,12 +305,12 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     w = next(iter(windows.values()))
     int2 = specs["model.layers.0.self_attn.attn"]
     assert isinstance(w, SlidingWindowSpec) and w.sliding_window == 128 and w.dtype == torch.bfloat16
-    assert w.block_size == 48 and w.page_size_bytes == int2.page_size_bytes   # 256 x 96 B = 48 x 512 B per head
+    assert w.block_size == 24 and w.page_size_bytes == int2.page_size_bytes   # 128 x 96 B = 24 x 512 B per head
 
     mem = 8 << 30
     _resolve_layout(cfg)
     (conf,) = get_kv_cache_configs(cfg, [specs], [mem])
-    assert sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups) == [48, 256]
+    assert sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups) == [24, 128]
     int2_tokens = get_max_concurrency_for_kv_cache_config(cfg, conf) * 32768
 
     bf16_cfg = EngineArgs(model=model, max_model_len=32768, skip_tokenizer_init=True).create_engine_config()
@@ -321,13 +323,15 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     from aphrodite_int2kv.engine.window import window_budget_managed
 
     if window_budget_managed():
-        # 5.33x for int2 alone; our window manager budgets 2 x 4 pages per request (~6 % at 32K)
-        assert 5.0 <= ratio < SlotLayout(128, 32).ratio_vs(), ratio
+        # 5.33x for int2 alone; our window manager budgets 2 x 7 pages of 24 tokens per request
+        # (5 % of the 256 int2 pages at 32K)
+        assert ratio == pytest.approx(SlotLayout(128, 32).ratio_vs() * 256 / (256 + 14), rel=0.01), ratio
+        assert 5.0 <= ratio, ratio
     else:
         # 0.24: the engine's own sliding-window budget (a window plus a prefill chunk per request)
-        pages = -(-32768 // 256) + w.max_admission_blocks_per_request(
+        pages = -(-32768 // 128) + w.max_admission_blocks_per_request(
             cfg.scheduler_config.max_num_batched_tokens, 32768)
-        assert ratio == pytest.approx(SlotLayout(128, 32).ratio_vs() * (32768 // 256) / pages, rel=0.02), ratio
+        assert ratio == pytest.approx(SlotLayout(128, 32).ratio_vs() * (32768 // 128) / pages, rel=0.02), ratio
 
 
 def _resolve_layout(cfg):

@@ -154,6 +154,42 @@ def test_decode_half_precision_and_lloyd(lloyd, dtype):
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0)
 
 
+def test_lloyd_max_cubic_of_the_gpu_unpack():
+    """The GPU unpack evaluates Lloyd-Max levels as the cubic through them (fp16 Horner, then one
+    fma with scale/zero): exact in real arithmetic and within 2e-3 of each level in fp16."""
+    from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS
+    from aphrodite_int2kv.kernels.common import _lloyd_cubic, _plane_asm
+
+    c0, c1, c2, c3 = _lloyd_cubic(LLOYD_MAX_LEVELS)
+    for code, level in enumerate(LLOYD_MAX_LEVELS):
+        assert abs(((c3 * code + c2) * code + c1) * code + c0 - level) < 1e-9
+        h = lambda x: torch.tensor(x, dtype=torch.float16)  # noqa: E731
+        x = h(code)
+        y = torch.addcmul(h(c1), torch.addcmul(h(c2), x, h(c3)), x)   # fma-like, fp16 rounding each step
+        y = torch.addcmul(h(c0), y, x)
+        assert abs(float(y) - level) < 2e-3, (code, float(y), level)
+    assert "fma.rn.f16x2 m, lo, c3, c2" in _plane_asm(0, LLOYD_MAX_LEVELS)
+    assert "c3" not in _plane_asm(0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_prefill_lloyd(dtype):
+    L = SlotLayout(128, 32)
+    prefixes, chunks = [70, 0, 33], [5, 40, 1]
+    total = [p + c for p, c in zip(prefixes, chunks)]
+    cache, bt, _ = paged_cache(L, total, 2, 16, dtype=dtype, lloyd=True)
+    T = sum(chunks)
+    q, k, v = (torch.randn(T, h, 128, device=DEVICE).to(dtype) for h in (8, 2, 2))
+    qsl = torch.tensor([0] + list(torch.tensor(chunks).cumsum(0)), dtype=torch.int32, device=DEVICE)
+    sl = torch.tensor(total, dtype=torch.int32, device=DEVICE)
+    out = int2_prefill(q, k, v, cache, bt, qsl, sl, max(chunks), L, 128 ** -0.5, lloyd_max=True,
+                       block_m=16, block_n=32)
+    ref = R.prefill_reference(q.float(), k.float(), v.float(), cache, bt, qsl, sl, L, 128 ** -0.5, True)
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0)
+    uni = R.prefill_reference(q.float(), k.float(), v.float(), cache, bt, qsl, sl, L, 128 ** -0.5, False)
+    assert (uni - ref).abs().max() > 0.05   # the levels matter: reading them as uniform is caught
+
+
 def test_upstream_head_mapping_is_caught():
     """48 query heads over 2 KV heads (group 24 > 16, not a multiple): the mapping of aphrodite's
     grouped Triton decode sends q heads 24..31 to KV head 0. Our mapping is exact; the test

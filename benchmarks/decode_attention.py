@@ -187,6 +187,8 @@ def main():
                          "and K centering (4 uncentered sinks) on; the row gets int2_window_us")
     ap.add_argument("--window-block-size", type=int, default=48,
                     help="tokens per window page (the engine's: 48 with int2 blocks of 256, G = 32)")
+    ap.add_argument("--lloyd", action="store_true",
+                    help="also time Lloyd-Max levels (the engine default) on the same cache: int2_lloyd_us")
     ap.add_argument("--out", default="decode_attention_h200.json")
     args = ap.parse_args()
 
@@ -238,6 +240,17 @@ def main():
                         traceback.print_exc()
                         int2_us = float("nan")
                     extra = {}
+                    if args.lloyd:
+                        fnl = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
+                                                  workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                                                  num_stages=cfg.num_stages, block_h=cfg.block_h, lloyd_max=True)
+                        try:
+                            l_us = timer.median_us(fnl, iters=args.iters)
+                        except Exception:
+                            traceback.print_exc()
+                            l_us = float("nan")
+                        extra.update(int2_lloyd_us=round(l_us, 2), lloyd_overhead=round(l_us / int2_us - 1, 3))
+                        log(f"    Lloyd-Max levels: {l_us:.1f} us ({l_us / int2_us - 1:+.1%} vs uniform)")
                     if args.window:
                         # window cache pages as the engine sizes them (window block = int2 block x
                         # slot / (4 D) so both pages have the same bytes; 48 for int2 blocks of 256
@@ -255,8 +268,10 @@ def main():
                         variants = {"sinks": dict(sink_qc=qc, sinks=4),
                                     "window": dict(window=(k_win, v_win, wtable, args.window)),
                                     "window+sinks": dict(sink_qc=qc, sinks=4, window=(k_win, v_win, wtable, args.window))}
+                        base_us = extra.get("int2_lloyd_us", int2_us)   # the window's cost over the same levels
                         times = {}
                         for name, kw in variants.items():
+                            kw = dict(kw, lloyd_max=bool(args.lloyd))
                             fnw = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                                       workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
                                                       num_stages=cfg.num_stages, block_h=cfg.block_h, **kw)
@@ -266,12 +281,12 @@ def main():
                                 traceback.print_exc()
                                 times[name] = float("nan")
                         w_us = times["window+sinks"]
-                        extra = dict(window=args.window, window_block_size=wbs, int2_window_us=round(w_us, 2),
+                        extra.update(window=args.window, window_block_size=wbs, int2_window_us=round(w_us, 2),
                                      int2_sinks_only_us=round(times["sinks"], 2),
                                      int2_window_only_us=round(times["window"], 2),
-                                     window_overhead=round(w_us / int2_us - 1, 3))
-                        log(f"    window {args.window} + centering sinks: {w_us:.1f} us ({w_us / int2_us - 1:+.1%} vs int2); "
-                            f"sinks only {times['sinks'] / int2_us - 1:+.1%}, window only {times['window'] / int2_us - 1:+.1%}")
+                                     window_overhead=round(w_us / base_us - 1, 3))
+                        log(f"    window {args.window} + centering sinks: {w_us:.1f} us ({w_us / base_us - 1:+.1%} vs int2); "
+                            f"sinks only {times['sinks'] / base_us - 1:+.1%}, window only {times['window'] / base_us - 1:+.1%}")
                         del k_win, v_win
                     nbytes = B * S * Hkv * L.slot_bytes
                     row = dict(context_len=S, batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D,

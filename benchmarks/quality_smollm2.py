@@ -18,25 +18,51 @@ from aphrodite_int2kv.cli.eval import evaluate, print_table  # noqa: E402
 from aphrodite_int2kv.quality.schemes import Scheme, standard_schemes  # noqa: E402
 
 
-def window_schemes():
+def window_schemes(lloyd=False):
     rows = []
+    q = " lloyd-max" if lloyd else ""
     for center in (False, True):
         for sink in (0, 4, 64):
             for recent in (0, 32, 128, 256):
-                name = f"int2 hadamard G32 sink{sink} recent{recent}{' K-center' if center else ''}"
-                rows.append(Scheme(name, "int2", group_size=32, sink=sink, recent=recent, center=center))
+                name = f"int2 hadamard G32{q} sink{sink} recent{recent}{' K-center' if center else ''}"
+                rows.append(Scheme(name, "int2", group_size=32, sink=sink, recent=recent, center=center,
+                                   lloyd_max=lloyd))
     return rows
 
 
-def calibrated_schemes(d):
+def calibrated_schemes(d, lloyd=False):
     k, v = os.path.join(d, "k_rotation.pt"), os.path.join(d, "v_rotation.pt")
+    q = " lloyd-max" if lloyd else ""
     out = []
     for center in (False, True):
         for sink, recent in ((0, 0), (4, 128)):
-            name = f"int2 calibrated G32 sink{sink} recent{recent}{' K-offset' if center else ''}"
+            name = f"int2 calibrated G32{q} sink{sink} recent{recent}{' K-offset' if center else ''}"
             out.append(Scheme(name, "int2", group_size=32, k_rotation=k, v_rotation=v, center=center,
-                              sink=sink, recent=recent))
+                              sink=sink, recent=recent, lloyd_max=lloyd))
     return out
+
+
+def lloyd_engine_schemes(d):
+    """The engine's defaults since session 4 (Lloyd-Max levels, recent window 128, first 4 tokens
+    stored uncentered in int2 when an offsets file is given) with Hadamard or calibrated rotations."""
+    import tempfile
+
+    import torch
+
+    from aphrodite_int2kv.int2.rotation import hadamard, save_rotation_file
+
+    k, v = os.path.join(d, "k_rotation.pt"), os.path.join(d, "v_rotation.pt")
+    data = torch.load(k, weights_only=True)["layers"]
+    path = os.path.join(tempfile.mkdtemp(), "k_hadamard_offsets.pt")
+    save_rotation_file(path, {i: hadamard(e["rotation"].shape[-1]) for i, e in data.items()},
+                       {i: {"k_offset": e["k_offset"]} for i, e in data.items()})
+    return [Scheme("engine default: int2 hadamard G32 lloyd-max recent128", "int2", lloyd_max=True, recent=128),
+            Scheme("engine: int2 hadamard G32 lloyd-max recent128 static K-offset, first 4 uncentered", "int2",
+                   lloyd_max=True, recent=128, k_rotation=path, center=True, center_skip=4),
+            Scheme("engine: int2 calibrated G32 lloyd-max recent128", "int2", lloyd_max=True, recent=128,
+                   k_rotation=k, v_rotation=v),
+            Scheme("engine: int2 calibrated G32 lloyd-max recent128 K-offset, first 4 uncentered", "int2",
+                   lloyd_max=True, recent=128, k_rotation=k, v_rotation=v, center=True, center_skip=4)]
 
 
 def engine_schemes(d):
@@ -81,8 +107,14 @@ def main():
         schemes += [s for s in standard_schemes() if s.kind == "kivi"]
     if "windows" in parts:
         schemes += window_schemes()
+    if "windows-lloyd" in parts:
+        schemes += window_schemes(lloyd=True)
     if "calibrated" in parts:
         schemes += calibrated_schemes(a.calibrated)
+    if "calibrated-lloyd" in parts:
+        schemes += calibrated_schemes(a.calibrated, lloyd=True)
+    if "engine-lloyd" in parts:
+        schemes += lloyd_engine_schemes(a.calibrated)
     if "engine" in parts:
         schemes += engine_schemes(a.calibrated)
     if "skip" in parts:   # only the uncentered-sink rows

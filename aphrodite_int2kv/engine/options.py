@@ -8,7 +8,7 @@ cores and workers inherit it). Validated at start-up with errors that name the v
 | APHRODITE_INT2KV_V_ROTATION | hadamard | same, for V |
 | APHRODITE_INT2KV_K_CLIP | 1.0 | clip ratio for K groups, in [0.5, 1.0] |
 | APHRODITE_INT2KV_V_CLIP | 1.0 | clip ratio for V groups |
-| APHRODITE_INT2KV_LLOYD_MAX | 0 | 1: 4-level Lloyd-Max levels instead of uniform min/max |
+| APHRODITE_INT2KV_LLOYD_MAX | 1 | 4-level Lloyd-Max levels (measured default: +4.3 % PPL with the window vs +18.8 % uniform); 0: uniform min/max (needed for clip ratios) |
 | APHRODITE_INT2KV_K_CENTER_SKIP | 4 | with K offsets: the first N tokens of each sequence (attention sinks) are stored uncentered |
 | APHRODITE_INT2KV_RECENT_WINDOW | 128 | the last R tokens of each sequence are also kept in bf16/fp16 and read from there (0 = off) |
 """
@@ -31,7 +31,7 @@ class Int2Options:
     v_rotation: str = "hadamard"
     k_clip: float = 1.0
     v_clip: float = 1.0
-    lloyd_max: bool = False
+    lloyd_max: bool = True
     k_center_skip: int = 4
     recent_window: int = 128
 
@@ -61,7 +61,7 @@ class Int2Options:
             v_rotation=get("V_ROTATION", "hadamard", str, "a rotation"),
             k_clip=get("K_CLIP", 1.0, float, "a number"),
             v_clip=get("V_CLIP", 1.0, float, "a number"),
-            lloyd_max=get("LLOYD_MAX", False, boolean, "0 or 1"),
+            lloyd_max=get("LLOYD_MAX", True, boolean, "0 or 1"),
             k_center_skip=get("K_CENTER_SKIP", 4, int, "an integer number of tokens"),
             recent_window=get("RECENT_WINDOW", 128, int, "an integer number of tokens (0 = off)"),
         )
@@ -77,8 +77,12 @@ class Int2Options:
                                   f"65536 tokens (128 is the measured default)")
         if self.group_size not in GROUP_SIZES:
             raise Int2ConfigError(f"{PREFIX}GROUP_SIZE={self.group_size} is not one of {GROUP_SIZES}")
-        check_options(self.k_clip, self.lloyd_max, f"{PREFIX}K_CLIP: ")
-        check_options(self.v_clip, self.lloyd_max, f"{PREFIX}V_CLIP: ")
+        for name, clip in (("K_CLIP", self.k_clip), ("V_CLIP", self.v_clip)):
+            if self.lloyd_max and clip != 1.0:
+                raise Int2ConfigError(f"{PREFIX}{name}={clip}: clip ratios apply to uniform levels only, and "
+                                      f"Lloyd-Max levels are the default; set {PREFIX}LLOYD_MAX=0 to clip, "
+                                      f"or leave {name} unset")
+            check_options(clip, self.lloyd_max, f"{PREFIX}{name}: ")
         for name, rot in (("K_ROTATION", self.k_rotation), ("V_ROTATION", self.v_rotation)):
             if rot not in ("hadamard", "none") and not os.path.isfile(rot):
                 raise Int2ConfigError(f"{PREFIX}{name}={rot!r}: expected 'hadamard', 'none' or an "

@@ -12,12 +12,16 @@ float conversions, which run at a quarter of the FMA rate: two code bytes are sp
 low bytes of two fp16 halves (PRMT), the plane's bits are masked and OR-ed into the mantissa of
 M_p = 2**(10 - 2p) (LOP3) -- whose unit in the last place is 4**-p, so the half reads M_p + code --
 and M_p is subtracted exactly (sub.f16x2) before one fma.f16x2 applies scale and zero. That is
-about 1.6 instructions per code. Under TRITON_INTERPRET (no inline assembly) and for Lloyd-Max
-levels the same values come from shifts, masks and conversions.
+about 1.6 instructions per code. Lloyd-Max levels take three more fma.f16x2 per pair: the cubic
+through the four levels, evaluated at the exact code (Horner), then the same scale/zero fma.
+Under TRITON_INTERPRET (no inline assembly) the same values come from shifts, masks and
+conversions.
 """
 
 import triton
 import triton.language as tl
+
+from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS
 
 LOG2E = 1.4426950408889634
 
@@ -39,16 +43,69 @@ fma.rn.f16x2 $1, hi, $4, $6;
 """
 
 
-def _plane_asm(p: int) -> str:
+# Lloyd-Max: after the exact code c (fp16), level(c) = ((c3 c + c2) c + c1) c + c0, the cubic
+# through the four levels (exact at c = 0..3 up to fp16 rounding, <= 1e-3 absolute).
+_LLOYD_ASM = """
+{{
+.reg .b32 lo, hi, m, c3, c2, c1, c0;
+prmt.b32 lo, $2, 0, 0x5140;
+prmt.b32 hi, $2, 0, 0x5342;
+lop3.b32 lo, lo, {mask}, {magic}, 0xEA;
+lop3.b32 hi, hi, {mask}, {magic}, 0xEA;
+mov.b32 m, {magic};
+sub.f16x2 lo, lo, m;
+sub.f16x2 hi, hi, m;
+mov.b32 c3, {c3};
+mov.b32 c2, {c2};
+mov.b32 c1, {c1};
+mov.b32 c0, {c0};
+fma.rn.f16x2 m, lo, c3, c2;
+fma.rn.f16x2 m, m, lo, c1;
+fma.rn.f16x2 lo, m, lo, c0;
+fma.rn.f16x2 m, hi, c3, c2;
+fma.rn.f16x2 m, m, hi, c1;
+fma.rn.f16x2 hi, m, hi, c0;
+fma.rn.f16x2 $0, lo, $3, $5;
+fma.rn.f16x2 $1, hi, $4, $6;
+}}
+"""
+
+
+def _f16x2(x: float) -> str:
+    import struct
+
+    h = struct.unpack("<H", struct.pack("<e", x))[0]
+    return hex(h | (h << 16))
+
+
+def _lloyd_cubic(levels):
+    """Coefficients (c0, c1, c2, c3) of the cubic through (c, levels[c]), c = 0..3 (Newton form
+    expanded; plain Python so kernel modules need no numpy)."""
+    y0, y1, y2, y3 = levels
+    d1 = [y1 - y0, y2 - y1, y3 - y2]
+    d2 = [(d1[1] - d1[0]) / 2, (d1[2] - d1[1]) / 2]
+    d3 = (d2[1] - d2[0]) / 3
+    # y = y0 + d1[0] c + d2[0] c (c-1) + d3 c (c-1) (c-2)
+    return (y0, d1[0] - d2[0] + 2 * d3, d2[0] - 3 * d3, d3)
+
+
+def _plane_asm(p: int, lloyd_levels=None) -> str:
     half = 0x6400 - (p << 11)            # fp16 bits of 2**(10 - 2p): 1024, 256, 64, 16
-    return _PLANE_ASM.format(mask=hex((0x00030003 << (2 * p)) & 0xFFFFFFFF),
-                             magic=hex(half | (half << 16)))
+    fmt = dict(mask=hex((0x00030003 << (2 * p)) & 0xFFFFFFFF), magic=hex(half | (half << 16)))
+    if lloyd_levels is None:
+        return _PLANE_ASM.format(**fmt)
+    c = _lloyd_cubic(lloyd_levels)
+    return _LLOYD_ASM.format(**fmt, c0=_f16x2(c[0]), c1=_f16x2(c[1]), c2=_f16x2(c[2]), c3=_f16x2(c[3]))
 
 
 PLANE_ASM_0 = tl.constexpr(_plane_asm(0))
 PLANE_ASM_1 = tl.constexpr(_plane_asm(1))
 PLANE_ASM_2 = tl.constexpr(_plane_asm(2))
 PLANE_ASM_3 = tl.constexpr(_plane_asm(3))
+LLOYD_ASM_0 = tl.constexpr(_plane_asm(0, LLOYD_MAX_LEVELS))
+LLOYD_ASM_1 = tl.constexpr(_plane_asm(1, LLOYD_MAX_LEVELS))
+LLOYD_ASM_2 = tl.constexpr(_plane_asm(2, LLOYD_MAX_LEVELS))
+LLOYD_ASM_3 = tl.constexpr(_plane_asm(3, LLOYD_MAX_LEVELS))
 
 
 @triton.jit
@@ -99,7 +156,20 @@ def dequant_plane(packed, P: tl.constexpr, scale, zero, LLOYD: tl.constexpr, L0:
                   L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
                   FAST: tl.constexpr):
     """Plane P of packed uint8 codes [N, W] -> level(code) * scale + zero as DOT [N, W]."""
-    if FAST and not LLOYD and DOT == tl.float16:
+    if FAST and LLOYD and DOT == tl.float16:
+        s = scale.to(tl.float16)
+        z = zero.to(tl.float16)
+        if P == 0:
+            asm: tl.constexpr = LLOYD_ASM_0
+        elif P == 1:
+            asm: tl.constexpr = LLOYD_ASM_1
+        elif P == 2:
+            asm: tl.constexpr = LLOYD_ASM_2
+        else:
+            asm: tl.constexpr = LLOYD_ASM_3
+        return tl.inline_asm_elementwise(asm, "=r,=r,r,r,r,r,r", [packed, s, z],
+                                         dtype=tl.float16, is_pure=True, pack=4)
+    elif FAST and not LLOYD and DOT == tl.float16:
         s = scale.to(tl.float16)
         z = zero.to(tl.float16)
         if P == 0:
