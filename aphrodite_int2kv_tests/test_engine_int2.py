@@ -144,10 +144,11 @@ def test_sliding_window_layers_are_refused_with_the_fix(registered):
 @pytest.mark.parametrize("env,match", [
     ({"APHRODITE_INT2KV_GROUP_SIZE": "48"}, "GROUP_SIZE=48 is not one of"),
     ({"APHRODITE_INT2KV_GROUP_SIZE": "abc"}, "GROUP_SIZE='abc' is not an integer"),
-    ({"APHRODITE_INT2KV_K_CLIP": "1.7", "APHRODITE_INT2KV_LLOYD_MAX": "0"}, "K_CLIP: clip ratio 1.7"),
-    ({"APHRODITE_INT2KV_LLOYD_MAX": "1", "APHRODITE_INT2KV_V_CLIP": "0.9"}, "Lloyd-Max"),
-    ({"APHRODITE_INT2KV_K_CLIP": "0.9"}, "K_CLIP=0.9: clip ratios apply to uniform levels only.*LLOYD_MAX=0"),
-    ({"APHRODITE_INT2KV_LLOYD_MAX": "maybe"}, "LLOYD_MAX='maybe' is not 0 or 1"),
+    ({"APHRODITE_INT2KV_K_CLIP": "1.7", "APHRODITE_INT2KV_LEVELS": "minmax"}, "K_CLIP: clip ratio 1.7"),
+    ({"APHRODITE_INT2KV_LEVELS": "lloyd-max", "APHRODITE_INT2KV_V_CLIP": "0.9"}, "V_CLIP=0.9.*'lloyd-max'"),
+    ({"APHRODITE_INT2KV_K_CLIP": "0.9"}, "K_CLIP=0.9: clip ratios shrink the min/max range only.*LEVELS=minmax"),
+    ({"APHRODITE_INT2KV_LEVELS": "lloyd"}, "LEVELS='lloyd' is not one of std, minmax, lloyd-max"),
+    ({"APHRODITE_INT2KV_LLOYD_MAX": "1"}, "LLOYD_MAX was replaced by APHRODITE_INT2KV_LEVELS"),
     ({"APHRODITE_INT2KV_K_ROTATION": "/nope/rot.pt"}, "K_ROTATION='/nope/rot.pt'"),
     ({"APHRODITE_INT2KV_K_CENTER_SKIP": "-1"}, "K_CENTER_SKIP=-1 must be between 0 and 256"),
     ({"APHRODITE_INT2KV_K_CENTER_SKIP": "four"}, "K_CENTER_SKIP='four' is not an integer"),
@@ -161,10 +162,12 @@ def test_option_errors_name_the_variable(env, match):
 
 def test_options_defaults_and_values():
     assert Int2Options.from_env({}) == Int2Options()
-    assert Int2Options().lloyd_max   # the measured default (benchmarks/results/quality_smollm2.json)
-    o = Int2Options.from_env({"APHRODITE_INT2KV_GROUP_SIZE": "64", "APHRODITE_INT2KV_LLOYD_MAX": "0",
+    d = Int2Options()   # the measured default (benchmarks/results/quality_smollm2.json)
+    assert (d.levels, d.std_range, d.lloyd_max) == ("std", True, False)
+    o = Int2Options.from_env({"APHRODITE_INT2KV_GROUP_SIZE": "64", "APHRODITE_INT2KV_LEVELS": "minmax",
                               "APHRODITE_INT2KV_V_ROTATION": "none", "APHRODITE_INT2KV_K_CLIP": "0.9"})
-    assert (o.group_size, o.lloyd_max, o.v_rotation, o.k_clip) == (64, False, "none", 0.9)
+    assert (o.group_size, o.std_range, o.lloyd_max, o.v_rotation, o.k_clip) == (64, False, False, "none", 0.9)
+    assert Int2Options.from_env({"APHRODITE_INT2KV_LEVELS": "lloyd-max"}).lloyd_max
 
 
 def _hybrid_dir(tmp_path):

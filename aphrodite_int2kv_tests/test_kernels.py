@@ -45,11 +45,13 @@ def paged_cache(layout, seq_lens, num_kv_heads, block_size, dtype=torch.float32,
 
 # ---------------------------------------------------------------- store
 
-@pytest.mark.parametrize("D,G,lloyd,clip", [(64, 32, False, 1.0), (64, 64, True, 1.0),
-                                            (128, 32, False, 0.9), (128, 128, True, 1.0),
-                                            (256, 32, False, 1.0), (256, 256, False, 0.95)])
+@pytest.mark.parametrize("D,G,mode,clip", [(64, 32, "minmax", 1.0), (64, 64, "lloyd", 1.0),
+                                           (128, 32, "minmax", 0.9), (128, 128, "lloyd", 1.0),
+                                           (256, 32, "minmax", 1.0), (256, 256, "minmax", 0.95),
+                                           (64, 32, "std", 1.0), (128, 32, "std", 1.0), (256, 64, "std", 1.0)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
-def test_store_matches_reference_bytes(D, G, lloyd, clip, dtype):
+def test_store_matches_reference_bytes(D, G, mode, clip, dtype):
+    lloyd, std = mode == "lloyd", mode == "std"
     torch.manual_seed(0)
     L = SlotLayout(D, G)
     T, H, NB, BS = 9, 3, 5, 16
@@ -59,8 +61,8 @@ def test_store_matches_reference_bytes(D, G, lloyd, clip, dtype):
     slots = torch.tensor([5, 17, -1, 63, 0, 33, 40, -1, 79])
     cache = torch.full((NB, BS, H, L.slot_bytes), 0xAB, dtype=torch.uint8)
     cache = cache.to(DEVICE)
-    int2_store(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE), cache, L, clip, 1.0, lloyd)
-    ref = Q.encode_slots(k, v, L, clip, 1.0, lloyd)
+    int2_store(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE), cache, L, clip, 1.0, lloyd, std)
+    ref = Q.encode_slots(k, v, L, clip, 1.0, lloyd, std)
     flat = cache.cpu().view(NB * BS, H, -1)
     written = set()
     for i, s in enumerate(slots.tolist()):

@@ -4,6 +4,8 @@ token 78,003, CPU): the standard table of `aphrodite-int2kv eval`, the window / 
 and calibrated rotations (files from `aphrodite-int2kv calibrate`).
 
   python benchmarks/quality_smollm2.py --parts standard,windows,calibrated,engine --calibrated DIR --out FILE
+  level modes: --parts engine-std,calibrated-std,windows-std (std range, the engine default) or
+  engine-lloyd,calibrated-lloyd,windows-lloyd (Lloyd-Max levels)
 Rows already in FILE for the same scheme and text are replaced; others are kept.
 State of the Union (the reference protocol's second text): --text sotu --windows 2 --start 48232
 """
@@ -18,33 +20,38 @@ from aphrodite_int2kv.cli.eval import evaluate, print_table  # noqa: E402
 from aphrodite_int2kv.quality.schemes import Scheme, standard_schemes  # noqa: E402
 
 
-def window_schemes(lloyd=False):
+def _levels(mode):
+    """(name suffix, Scheme kwargs) of a level mode: None (min/max), 'lloyd-max' or 'std-range'."""
+    return (f" {mode}" if mode else "",
+            {"lloyd_max": mode == "lloyd-max", "std_range": mode == "std-range"})
+
+
+def window_schemes(mode=None):
     rows = []
-    q = " lloyd-max" if lloyd else ""
+    q, kw = _levels(mode)
     for center in (False, True):
         for sink in (0, 4, 64):
             for recent in (0, 32, 128, 256):
                 name = f"int2 hadamard G32{q} sink{sink} recent{recent}{' K-center' if center else ''}"
-                rows.append(Scheme(name, "int2", group_size=32, sink=sink, recent=recent, center=center,
-                                   lloyd_max=lloyd))
+                rows.append(Scheme(name, "int2", group_size=32, sink=sink, recent=recent, center=center, **kw))
     return rows
 
 
-def calibrated_schemes(d, lloyd=False):
+def calibrated_schemes(d, mode=None):
     k, v = os.path.join(d, "k_rotation.pt"), os.path.join(d, "v_rotation.pt")
-    q = " lloyd-max" if lloyd else ""
+    q, kw = _levels(mode)
     out = []
     for center in (False, True):
         for sink, recent in ((0, 0), (4, 128)):
             name = f"int2 calibrated G32{q} sink{sink} recent{recent}{' K-offset' if center else ''}"
             out.append(Scheme(name, "int2", group_size=32, k_rotation=k, v_rotation=v, center=center,
-                              sink=sink, recent=recent, lloyd_max=lloyd))
+                              sink=sink, recent=recent, **kw))
     return out
 
 
-def lloyd_engine_schemes(d):
-    """The engine's defaults since session 4 (Lloyd-Max levels, recent window 128, first 4 tokens
-    stored uncentered in int2 when an offsets file is given) with Hadamard or calibrated rotations."""
+def level_engine_schemes(d, mode):
+    """What the engine runs with a level mode (recent window 128; the first 4 tokens stored
+    uncentered in int2 when an offsets file is given), Hadamard or calibrated rotations."""
     import tempfile
 
     import torch
@@ -56,13 +63,15 @@ def lloyd_engine_schemes(d):
     path = os.path.join(tempfile.mkdtemp(), "k_hadamard_offsets.pt")
     save_rotation_file(path, {i: hadamard(e["rotation"].shape[-1]) for i, e in data.items()},
                        {i: {"k_offset": e["k_offset"]} for i, e in data.items()})
-    return [Scheme("engine default: int2 hadamard G32 lloyd-max recent128", "int2", lloyd_max=True, recent=128),
-            Scheme("engine: int2 hadamard G32 lloyd-max recent128 static K-offset, first 4 uncentered", "int2",
-                   lloyd_max=True, recent=128, k_rotation=path, center=True, center_skip=4),
-            Scheme("engine: int2 calibrated G32 lloyd-max recent128", "int2", lloyd_max=True, recent=128,
-                   k_rotation=k, v_rotation=v),
-            Scheme("engine: int2 calibrated G32 lloyd-max recent128 K-offset, first 4 uncentered", "int2",
-                   lloyd_max=True, recent=128, k_rotation=k, v_rotation=v, center=True, center_skip=4)]
+    q, kw = _levels(mode)
+    first = "engine default" if mode == "std-range" else "engine"
+    return [Scheme(f"{first}: int2 hadamard G32{q} recent128", "int2", recent=128, **kw),
+            Scheme(f"engine: int2 hadamard G32{q} recent128 static K-offset, first 4 uncentered", "int2",
+                   recent=128, k_rotation=path, center=True, center_skip=4, **kw),
+            Scheme(f"engine: int2 calibrated G32{q} recent128", "int2", recent=128,
+                   k_rotation=k, v_rotation=v, **kw),
+            Scheme(f"engine: int2 calibrated G32{q} recent128 K-offset, first 4 uncentered", "int2",
+                   recent=128, k_rotation=k, v_rotation=v, center=True, center_skip=4, **kw)]
 
 
 def engine_schemes(d):
@@ -107,14 +116,16 @@ def main():
         schemes += [s for s in standard_schemes() if s.kind == "kivi"]
     if "windows" in parts:
         schemes += window_schemes()
-    if "windows-lloyd" in parts:
-        schemes += window_schemes(lloyd=True)
     if "calibrated" in parts:
         schemes += calibrated_schemes(a.calibrated)
-    if "calibrated-lloyd" in parts:
-        schemes += calibrated_schemes(a.calibrated, lloyd=True)
-    if "engine-lloyd" in parts:
-        schemes += lloyd_engine_schemes(a.calibrated)
+    for mode in ("lloyd-max", "std-range"):   # parts windows-lloyd, calibrated-std, engine-std, ...
+        tag = mode.split("-")[0]
+        if f"windows-{tag}" in parts:
+            schemes += window_schemes(mode)
+        if f"calibrated-{tag}" in parts:
+            schemes += calibrated_schemes(a.calibrated, mode)
+        if f"engine-{tag}" in parts:
+            schemes += level_engine_schemes(a.calibrated, mode)
     if "engine" in parts:
         schemes += engine_schemes(a.calibrated)
     if "skip" in parts:   # only the uncentered-sink rows

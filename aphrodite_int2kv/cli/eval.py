@@ -22,7 +22,8 @@ def add_parser(sub):
     p.add_argument("--v-rotation", default="hadamard")
     p.add_argument("--k-clip", type=float, default=1.0)
     p.add_argument("--v-clip", type=float, default=1.0)
-    p.add_argument("--lloyd-max", action="store_true")
+    p.add_argument("--levels", default="std", choices=["std", "minmax", "lloyd-max"],
+                   help="level mode, as APHRODITE_INT2KV_LEVELS (std: the engine default)")
     p.add_argument("--recent", type=int, default=0, help="full-precision recent window (tokens)")
     p.add_argument("--sink", type=int, default=0, help="full-precision first tokens")
     p.add_argument("--center", action="store_true", help="subtract a per-head K offset before quantizing")
@@ -98,12 +99,13 @@ def run(args) -> int:
         schemes = standard_schemes()
     elif args.schemes == "custom":
         name = (f"int2 G{args.group_size} K-rot={args.k_rotation} V-rot={args.v_rotation}"
-                f"{' lloyd' if args.lloyd_max else ''} clip{args.k_clip}/{args.v_clip}"
+                f" levels={args.levels} clip{args.k_clip}/{args.v_clip}"
                 f" sink{args.sink} recent{args.recent}{' K-center' if args.center else ''}")
         schemes = [Scheme("fp", "fp"),
                    Scheme(name, "int2", group_size=args.group_size, k_rotation=args.k_rotation,
                           v_rotation=args.v_rotation, k_clip=args.k_clip, v_clip=args.v_clip,
-                          lloyd_max=args.lloyd_max, recent=args.recent, sink=args.sink, center=args.center)]
+                          lloyd_max=args.levels == "lloyd-max", std_range=args.levels == "std",
+                          recent=args.recent, sink=args.sink, center=args.center)]
     else:
         print(f"--schemes must be 'standard' or 'custom', not {args.schemes!r}", file=sys.stderr)
         return 2

@@ -368,7 +368,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         k, k_centered = self._keys(key, n, rk, positions)
         k = k.to(key.dtype).contiguous()
         v = rotate(value[:n].view(n, self.num_kv_heads, self.head_size), rv).to(value.dtype).contiguous()
-        int2_store(k, v, slot_mapping, cache, self.layout, self.opts.k_clip, self.opts.v_clip, self.opts.lloyd_max)
+        int2_store(k, v, slot_mapping, cache, self.layout, self.opts.k_clip, self.opts.v_clip, self.opts.lloyd_max,
+                   self.opts.std_range)
         win = self._window_state(layer, key.dtype)
         if win is not None:
             # the window holds every key centered (as the prefill chunk is): sinks included

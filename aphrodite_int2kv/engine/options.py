@@ -8,7 +8,7 @@ cores and workers inherit it). Validated at start-up with errors that name the v
 | APHRODITE_INT2KV_V_ROTATION | hadamard | same, for V |
 | APHRODITE_INT2KV_K_CLIP | 1.0 | clip ratio for K groups, in [0.5, 1.0] |
 | APHRODITE_INT2KV_V_CLIP | 1.0 | clip ratio for V groups |
-| APHRODITE_INT2KV_LLOYD_MAX | 1 | 4-level Lloyd-Max levels (measured default: +4.3 % PPL with the window vs +18.8 % uniform); 0: uniform min/max (needed for clip ratios) |
+| APHRODITE_INT2KV_LEVELS | std | `std`: uniform levels over the group's mean +- 1.5 x 0.9957 std (+4.2 % PPL on SmolLM2 with the window; min/max +18.8 %); `minmax`: uniform over the group's min/max (the clip ratios apply); `lloyd-max`: 4 Lloyd-Max levels (+4.3 %, +18-29 % decode time) |
 | APHRODITE_INT2KV_K_CENTER_SKIP | 4 | with K offsets: the first N tokens of each sequence (attention sinks) are stored uncentered |
 | APHRODITE_INT2KV_RECENT_WINDOW | 128 | the last R tokens of each sequence are also kept in bf16/fp16 and read from there (0 = off) |
 """
@@ -22,6 +22,7 @@ from aphrodite_int2kv.int2.format import GROUP_SIZES, Int2ConfigError
 from aphrodite_int2kv.int2.quantizer import check_options
 
 PREFIX = "APHRODITE_INT2KV_"
+LEVELS = ("std", "minmax", "lloyd-max")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,7 +32,7 @@ class Int2Options:
     v_rotation: str = "hadamard"
     k_clip: float = 1.0
     v_clip: float = 1.0
-    lloyd_max: bool = True
+    levels: str = "std"
     k_center_skip: int = 4
     recent_window: int = 128
 
@@ -48,27 +49,34 @@ class Int2Options:
             except ValueError:
                 raise Int2ConfigError(f"{PREFIX}{name}={raw!r} is not {what}") from None
 
-        def boolean(raw):
-            if raw.lower() in ("1", "true", "yes", "on"):
-                return True
-            if raw.lower() in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(raw)
-
+        if env.get(PREFIX + "LLOYD_MAX"):
+            raise Int2ConfigError(f"{PREFIX}LLOYD_MAX was replaced by {PREFIX}LEVELS (std, minmax or "
+                                  f"lloyd-max); for Lloyd-Max levels set {PREFIX}LEVELS=lloyd-max")
         opts = cls(
             group_size=get("GROUP_SIZE", 32, int, f"an integer (one of {GROUP_SIZES})"),
             k_rotation=get("K_ROTATION", "hadamard", str, "a rotation"),
             v_rotation=get("V_ROTATION", "hadamard", str, "a rotation"),
             k_clip=get("K_CLIP", 1.0, float, "a number"),
             v_clip=get("V_CLIP", 1.0, float, "a number"),
-            lloyd_max=get("LLOYD_MAX", True, boolean, "0 or 1"),
+            levels=get("LEVELS", "std", str, "a level mode"),
             k_center_skip=get("K_CENTER_SKIP", 4, int, "an integer number of tokens"),
             recent_window=get("RECENT_WINDOW", 128, int, "an integer number of tokens (0 = off)"),
         )
         opts.validate()
         return opts
 
+    @property
+    def lloyd_max(self) -> bool:
+        return self.levels == "lloyd-max"
+
+    @property
+    def std_range(self) -> bool:
+        return self.levels == "std"
+
     def validate(self) -> None:
+        if self.levels not in LEVELS:
+            raise Int2ConfigError(f"{PREFIX}LEVELS={self.levels!r} is not one of {', '.join(LEVELS)} "
+                                  f"(std is the measured default)")
         if not 0 <= self.k_center_skip <= 256:
             raise Int2ConfigError(f"{PREFIX}K_CENTER_SKIP={self.k_center_skip} must be between 0 and 256 "
                                   f"tokens (4 is the measured default)")
@@ -78,18 +86,18 @@ class Int2Options:
         if self.group_size not in GROUP_SIZES:
             raise Int2ConfigError(f"{PREFIX}GROUP_SIZE={self.group_size} is not one of {GROUP_SIZES}")
         for name, clip in (("K_CLIP", self.k_clip), ("V_CLIP", self.v_clip)):
-            if self.lloyd_max and clip != 1.0:
-                raise Int2ConfigError(f"{PREFIX}{name}={clip}: clip ratios apply to uniform levels only, and "
-                                      f"Lloyd-Max levels are the default; set {PREFIX}LLOYD_MAX=0 to clip, "
+            if self.levels != "minmax" and clip != 1.0:
+                raise Int2ConfigError(f"{PREFIX}{name}={clip}: clip ratios shrink the min/max range only, and "
+                                      f"{PREFIX}LEVELS is {self.levels!r}; set {PREFIX}LEVELS=minmax to clip, "
                                       f"or leave {name} unset")
-            check_options(clip, self.lloyd_max, f"{PREFIX}{name}: ")
+            check_options(clip, self.lloyd_max, f"{PREFIX}{name}: ", self.std_range)
         for name, rot in (("K_ROTATION", self.k_rotation), ("V_ROTATION", self.v_rotation)):
             if rot not in ("hadamard", "none") and not os.path.isfile(rot):
                 raise Int2ConfigError(f"{PREFIX}{name}={rot!r}: expected 'hadamard', 'none' or an "
                                       f"existing rotation file (aphrodite-int2kv make-rotation)")
 
     def describe(self) -> str:
-        quant = "Lloyd-Max" if self.lloyd_max else "uniform"
+        quant = {"std": "levels=std", "minmax": "levels=minmax", "lloyd-max": "levels=Lloyd-Max"}[self.levels]
         from aphrodite_int2kv.int2.rotation import file_has_k_offsets
 
         center = self.k_rotation not in ("hadamard", "none") and file_has_k_offsets(self.k_rotation)

@@ -34,6 +34,10 @@ PLANES = 4        # 2-bit codes per byte
 # thresholds between them (midpoints). Max (1960) / Lloyd (1982).
 LLOYD_MAX_LEVELS = (-1.5104, -0.4528, 0.4528, 1.5104)
 LLOYD_MAX_THRESHOLDS = (-0.9816, 0.0, 0.9816)
+# Uniform levels sized from the group's standard deviation: the step of the optimal *uniform*
+# 4-level quantizer for a standard normal (Max 1960: MSE 0.1188 vs Lloyd-Max's 0.1175), so levels
+# sit at mean + (code - 1.5) * STD_STEP * std and decode with the plain uniform formula.
+STD_STEP = 0.9957
 
 
 class Int2ConfigError(ValueError):

@@ -4,8 +4,10 @@ implements, used by the tests and by `aphrodite-int2kv eval`.
 Per group of G consecutive elements (after rotation):
   uniform:   lo/hi = group min/max, shrunk about their midpoint by `clip`;
              scale = fp16((hi - lo) / 3), zero = fp16(lo); code = clamp(floor((x - zero) / scale + 0.5), 0, 3)
+  std_range: uniform levels over mean +- 1.5 * STD_STEP * std (the engine default):
+             scale = fp16(STD_STEP * std), zero = fp16(mean - 1.5 * STD_STEP * std); code as uniform
   lloyd_max: zero = fp16(mean), scale = fp16(std); code = number of LLOYD_MAX_THRESHOLDS below (x - zero) / scale
-Dequantized: level(code) * scale + zero, level(c) = c (uniform) or LLOYD_MAX_LEVELS[c].
+Dequantized: level(code) * scale + zero, level(c) = c (uniform, both ranges) or LLOYD_MAX_LEVELS[c].
 
 Exact cases: a constant group (scale 0) decodes to its value rounded to fp16; padded slots
 (slot_mapping < 0) are never written. Non-finite input: NaN is stored as 0 and +-Inf as +-65504
@@ -17,19 +19,24 @@ from __future__ import annotations
 
 import torch
 
-from aphrodite_int2kv.int2.format import (LLOYD_MAX_LEVELS, LLOYD_MAX_THRESHOLDS, PLANES,
+from aphrodite_int2kv.int2.format import (LLOYD_MAX_LEVELS, LLOYD_MAX_THRESHOLDS, PLANES, STD_STEP,
                                           Int2ConfigError, SlotLayout)
 
 FP16_MAX = 65504.0
 
 
-def check_options(clip: float, lloyd_max: bool, what: str = "") -> None:
+def check_options(clip: float, lloyd_max: bool, what: str = "", std_range: bool = False) -> None:
     if not (0.5 <= clip <= 1.0):
         raise Int2ConfigError(f"int2 KV: {what}clip ratio {clip} is outside [0.5, 1.0]; "
                               f"1.0 means no clipping")
-    if lloyd_max and clip != 1.0:
-        raise Int2ConfigError(f"int2 KV: {what}clip ratio {clip} cannot be combined with Lloyd-Max "
-                              f"(its levels already fit a standard normal); use clip 1.0")
+    if lloyd_max and std_range:
+        raise Int2ConfigError(f"int2 KV: {what}Lloyd-Max levels and the std range are two level "
+                              f"modes; pick one")
+    if (lloyd_max or std_range) and clip != 1.0:
+        mode = "Lloyd-Max" if lloyd_max else "the std range"
+        raise Int2ConfigError(f"int2 KV: {what}clip ratio {clip} cannot be combined with {mode} "
+                              f"(its levels already fit a standard normal); clipping applies to the "
+                              f"min/max range only")
 
 
 def sanitize(x: torch.Tensor) -> torch.Tensor:
@@ -37,12 +44,20 @@ def sanitize(x: torch.Tensor) -> torch.Tensor:
     return torch.nan_to_num(x, nan=0.0, posinf=FP16_MAX, neginf=-FP16_MAX).clamp(-FP16_MAX, FP16_MAX)
 
 
-def quantize_groups(x: torch.Tensor, group_size: int, clip: float = 1.0, lloyd_max: bool = False):
+def quantize_groups(x: torch.Tensor, group_size: int, clip: float = 1.0, lloyd_max: bool = False,
+                    std_range: bool = False):
     """x [..., D] -> codes uint8 [..., D] in 0..3, scale fp16 [..., NG], zero fp16 [..., NG]."""
-    check_options(clip, lloyd_max)
+    check_options(clip, lloyd_max, std_range=std_range)
     D = x.shape[-1]
     g = sanitize(x).reshape(*x.shape[:-1], D // group_size, group_size)
-    if lloyd_max:
+    if std_range:
+        mean = g.mean(-1)
+        std = ((g - mean[..., None]) ** 2).mean(-1).sqrt()
+        scale, zero = (STD_STEP * std).half(), (mean - (1.5 * STD_STEP) * std).half()
+        inv = torch.where(scale > 0, 1.0 / scale.float(), torch.zeros_like(scale, dtype=torch.float32))
+        t = (g - zero.float()[..., None]) * inv[..., None]
+        codes = torch.floor(t + 0.5).clamp(0, 3).to(torch.uint8)
+    elif lloyd_max:
         mean = g.mean(-1)
         std = ((g - mean[..., None]) ** 2).mean(-1).sqrt()
         zero, scale = mean.half(), std.half()
@@ -72,9 +87,10 @@ def dequantize_groups(codes, scale, zero, group_size: int, lloyd_max: bool = Fal
     return (lv * scale.float()[..., None] + zero.float()[..., None]).reshape(codes.shape)
 
 
-def fake_quantize(x, group_size: int, clip: float = 1.0, lloyd_max: bool = False) -> torch.Tensor:
+def fake_quantize(x, group_size: int, clip: float = 1.0, lloyd_max: bool = False,
+                  std_range: bool = False) -> torch.Tensor:
     """quantize -> dequantize, in x's shape, fp32."""
-    return dequantize_groups(*quantize_groups(x, group_size, clip, lloyd_max), group_size, lloyd_max)
+    return dequantize_groups(*quantize_groups(x, group_size, clip, lloyd_max, std_range), group_size, lloyd_max)
 
 
 def pack_planar(codes: torch.Tensor) -> torch.Tensor:
@@ -91,11 +107,11 @@ def unpack_planar(packed: torch.Tensor) -> torch.Tensor:
     return torch.cat([(packed >> (2 * p)) & 3 for p in range(PLANES)], dim=-1)
 
 
-def encode_slots(k_rot, v_rot, layout: SlotLayout, k_clip=1.0, v_clip=1.0, lloyd_max=False):
+def encode_slots(k_rot, v_rot, layout: SlotLayout, k_clip=1.0, v_clip=1.0, lloyd_max=False, std_range=False):
     """Rotated K, V [..., D] -> slot bytes [..., slot_bytes] (docs/format.md)."""
     G = layout.group_size
-    kc, ks, kz = quantize_groups(k_rot, G, k_clip, lloyd_max)
-    vc, vs, vz = quantize_groups(v_rot, G, v_clip, lloyd_max)
+    kc, ks, kz = quantize_groups(k_rot, G, k_clip, lloyd_max, std_range)
+    vc, vs, vz = quantize_groups(v_rot, G, v_clip, lloyd_max, std_range)
     parts = [pack_planar(kc), pack_planar(vc)] + [m.contiguous().view(torch.uint8) for m in (ks, kz, vs, vz)]
     slot = torch.cat(parts, dim=-1)
     pad = layout.slot_bytes - slot.shape[-1]

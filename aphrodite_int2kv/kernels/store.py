@@ -10,18 +10,30 @@ import torch
 import triton
 import triton.language as tl
 
-from aphrodite_int2kv.int2.format import LLOYD_MAX_THRESHOLDS, SlotLayout
+from aphrodite_int2kv.int2.format import LLOYD_MAX_THRESHOLDS, STD_STEP, SlotLayout
+from aphrodite_int2kv.int2.quantizer import check_options
 
 FP16_MAX = tl.constexpr(65504.0)  # a constexpr: kernels may only read constexpr globals
 
 
 @triton.jit
 def _quantize_group_rows(x, CLIP: tl.constexpr, LLOYD: tl.constexpr, G: tl.constexpr,
-                         T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr):
+                         T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr,
+                         STD: tl.constexpr = False, STEP: tl.constexpr = 0.9957):
     """x [NG, G] fp32 -> (codes [NG, G] int32, scale [NG] fp16, zero [NG] fp16)."""
     x = tl.where(x != x, 0.0, x)                              # NaN -> 0
     x = tl.minimum(tl.maximum(x, -FP16_MAX), FP16_MAX)        # +-Inf -> +-fp16 max
-    if LLOYD:
+    if STD:   # uniform levels over mean +- 1.5 STEP std (quantizer.py); decoded like min/max
+        mean = tl.sum(x, axis=1) / G
+        d = x - mean[:, None]
+        std = tl.sqrt(tl.sum(d * d, axis=1) / G)
+        scale = (STEP * std).to(tl.float16)
+        zero = (mean - (1.5 * STEP) * std).to(tl.float16)
+        sf = scale.to(tl.float32)
+        inv = tl.where(sf > 0, 1.0 / tl.where(sf > 0, sf, 1.0), 0.0)
+        t = (x - zero.to(tl.float32)[:, None]) * inv[:, None]
+        codes = tl.minimum(tl.maximum(tl.floor(t + 0.5), 0.0), 3.0).to(tl.int32)
+    elif LLOYD:
         mean = tl.sum(x, axis=1) / G
         d = x - mean[:, None]
         std = tl.sqrt(tl.sum(d * d, axis=1) / G)
@@ -67,6 +79,7 @@ def _int2_store_kernel(
     T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr,
     OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
     OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
+    STD: tl.constexpr = False, STEP: tl.constexpr = 0.9957,
 ):
     token = tl.program_id(0)
     head = tl.program_id(1)
@@ -83,13 +96,13 @@ def _int2_store_kernel(
     bytes_w = tl.arange(0, W)
 
     k = tl.load(k_ptr + token * stride_kt + head * stride_kh + rows).to(tl.float32)
-    codes, scale, zero = _quantize_group_rows(k, K_CLIP, LLOYD, G, T0, T1, T2)
+    codes, scale, zero = _quantize_group_rows(k, K_CLIP, LLOYD, G, T0, T1, T2, STD, STEP)
     tl.store(cache_u8 + base + bytes_w, _pack_planar(codes, D, W))
     tl.store(cache_f16 + (base + OFF_KS) // 2 + groups, scale)
     tl.store(cache_f16 + (base + OFF_KZ) // 2 + groups, zero)
 
     v = tl.load(v_ptr + token * stride_vt + head * stride_vh + rows).to(tl.float32)
-    codes, scale, zero = _quantize_group_rows(v, V_CLIP, LLOYD, G, T0, T1, T2)
+    codes, scale, zero = _quantize_group_rows(v, V_CLIP, LLOYD, G, T0, T1, T2, STD, STEP)
     tl.store(cache_u8 + base + OFF_V + bytes_w, _pack_planar(codes, D, W))
     tl.store(cache_f16 + (base + OFF_VS) // 2 + groups, scale)
     tl.store(cache_f16 + (base + OFF_VZ) // 2 + groups, zero)
@@ -97,7 +110,7 @@ def _int2_store_kernel(
 
 def int2_store(k_rot: torch.Tensor, v_rot: torch.Tensor, slot_mapping: torch.Tensor,
                kv_cache: torch.Tensor, layout: SlotLayout, k_clip: float = 1.0,
-               v_clip: float = 1.0, lloyd_max: bool = False) -> None:
+               v_clip: float = 1.0, lloyd_max: bool = False, std_range: bool = False) -> None:
     """Write rotated K/V [T, H, D] into kv_cache [num_blocks, block_size, H, slot_bytes] (uint8,
     last dim contiguous) at slot_mapping [T]; slots < 0 are skipped."""
     T, H, D = k_rot.shape
@@ -106,6 +119,8 @@ def int2_store(k_rot: torch.Tensor, v_rot: torch.Tensor, slot_mapping: torch.Ten
     assert k_rot.stride(-1) == 1 and v_rot.stride(-1) == 1
     if T == 0:
         return
+    check_options(k_clip, lloyd_max, "K: ", std_range)
+    check_options(v_clip, lloyd_max, "V: ", std_range)
     th = LLOYD_MAX_THRESHOLDS
     _int2_store_kernel[(T, H)](
         k_rot, v_rot, slot_mapping, kv_cache, kv_cache.view(torch.float16),
@@ -115,7 +130,7 @@ def int2_store(k_rot: torch.Tensor, v_rot: torch.Tensor, slot_mapping: torch.Ten
         K_CLIP=float(k_clip), V_CLIP=float(v_clip), LLOYD=bool(lloyd_max),
         T0=th[0], T1=th[1], T2=th[2],
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
-        OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
+        OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero, STD=bool(std_range), STEP=STD_STEP,
     )
 
 

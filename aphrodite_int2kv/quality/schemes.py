@@ -25,6 +25,7 @@ class Scheme:
     k_clip: float = 1.0
     v_clip: float = 1.0
     lloyd_max: bool = False
+    std_range: bool = False      # uniform levels over mean +- 1.5 * 0.9957 std (the engine default)
     recent: int = 0              # last R tokens of each query's context kept in full precision
     sink: int = 0                # first S tokens kept in full precision
     center: bool = False         # subtract a per-head K offset (mean of the first 32 keys) first
@@ -106,11 +107,11 @@ class KVTransform:
                 # stored uncentered, so their dequantized mean is known to every later step
                 n = min(s.center_skip, k.shape[0])
                 first = encode_slots(rotate(k[:n], rk), rotate(v[:n], rv), self.layout, s.k_clip, s.v_clip,
-                                     s.lloyd_max)
+                                     s.lloyd_max, s.std_range)
                 kd0 = rotate(decode_slots(first, self.layout, s.lloyd_max)[0], rk.transpose(-1, -2))
                 offset = kd0[min(s.center_mean_from, n - 1):].mean(0, keepdim=True)
         slots = encode_slots(rotate(k - offset, rk), rotate(v, rv), self.layout, s.k_clip, s.v_clip,
-                             s.lloyd_max)
+                             s.lloyd_max, s.std_range)
         kd, vd = decode_slots(slots, self.layout, s.lloyd_max)
         k_rec = rotate(kd, rk.transpose(-1, -2)) + offset
         if s.center and s.center_skip:
@@ -118,7 +119,7 @@ class KVTransform:
             # kernel keeps scores consistent by subtracting q.c for them
             n = min(s.center_skip, k.shape[0])
             first = encode_slots(rotate(k[:n], rk), rotate(v[:n], rv), self.layout, s.k_clip, s.v_clip,
-                                 s.lloyd_max)
+                                 s.lloyd_max, s.std_range)
             k_rec = torch.cat([rotate(decode_slots(first, self.layout, s.lloyd_max)[0], rk.transpose(-1, -2)),
                                k_rec[n:]])
         return k_rec, rotate(vd, rv.transpose(-1, -2))
@@ -161,8 +162,11 @@ def standard_schemes():
         Scheme("int2 hadamard G64", "int2", group_size=64),
         Scheme("int2 hadamard G32 clip0.9", "int2", group_size=32, k_clip=0.9, v_clip=0.9),
         Scheme("int2 hadamard G32 lloyd-max", "int2", group_size=32, lloyd_max=True),
+        Scheme("int2 hadamard G32 std-range", "int2", group_size=32, std_range=True),
         Scheme("int2 no-rotation G32", "int2", group_size=32, k_rotation="none", v_rotation="none"),
         Scheme("int2 hadamard G32 + sink4 + recent128", "int2", group_size=32, sink=4, recent=128),
         Scheme("int2 hadamard G32 + sink4 + recent128 + K-center", "int2", group_size=32, sink=4,
                recent=128, center=True),
+        Scheme("engine default: int2 hadamard G32 std-range + recent128", "int2", group_size=32,
+               std_range=True, recent=128),
     ]
