@@ -46,12 +46,20 @@ def _slots(block_table, seq, start, n):
     return block_table[seq][pos // BS].long() * BS + pos % BS
 
 
+def _fq(x):
+    """What the backend stores with the default level mode (APHRODITE_INT2KV_LEVELS unset)."""
+    from aphrodite_int2kv.engine.options import Int2Options
+
+    o = Int2Options()
+    return fake_quantize(x, 32, lloyd_max=o.lloyd_max, std_range=o.std_range)
+
+
 def _expected(q, k_all, v_all, q_start, quantized_until):
     """fp32 attention of q (positions q_start..) over k_all/v_all, where keys before
     `quantized_until` are read back from the int2 cache (Hadamard-rotated 2-bit) and the rest exact."""
     H = hadamard(D).to(DEVICE)
-    kq = R.rotate(fake_quantize(R.rotate(k_all, H), 32), H.T)
-    vq = R.rotate(fake_quantize(R.rotate(v_all, H), 32), H.T)
+    kq = R.rotate(_fq(R.rotate(k_all, H)), H.T)
+    vq = R.rotate(_fq(R.rotate(v_all, H)), H.T)
     idx = torch.arange(k_all.shape[0], device=DEVICE)[:, None, None]
     k = torch.where(idx < quantized_until, kq, k_all)
     v = torch.where(idx < quantized_until, vq, v_all)
@@ -184,11 +192,11 @@ def test_k_centering_keeps_the_first_tokens_uncentered(engine, monkeypatch, tmp_
     impl = Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
     _, decode = _run_prefill_then_decode(impl, k, v, q)
     H = hadamard(D).to(DEVICE)
-    centered = R.rotate(fake_quantize(R.rotate(k - c, H), 32), H.T) + c
-    plain = R.rotate(fake_quantize(R.rotate(k, H), 32), H.T)
+    centered = R.rotate(_fq(R.rotate(k - c, H)), H.T) + c
+    plain = R.rotate(_fq(R.rotate(k, H)), H.T)
     idx = torch.arange(T, device=DEVICE)[:, None, None]
     kq = torch.where(idx < skip, plain, centered)
-    vq = R.rotate(fake_quantize(R.rotate(v, H), 32), H.T)
+    vq = R.rotate(_fq(R.rotate(v, H)), H.T)
     ref = R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1)
     torch.testing.assert_close(decode, ref, atol=1e-4, rtol=0)
 
@@ -217,10 +225,13 @@ def test_per_kv_head_rotation_file_with_grouped_queries(engine, monkeypatch, tmp
     # reference: keys quantized in their head's rotated basis, attention in the original basis
     H = hadamard(D).to(DEVICE)
     rk = rot.to(DEVICE)
-    kq = torch.einsum("the,hde->thd", fake_quantize(torch.einsum("thd,hde->the", k, rk), 32), rk)
-    vq = R.rotate(fake_quantize(R.rotate(v, H), 32), H.T)
+    kq = torch.einsum("the,hde->thd", _fq(torch.einsum("thd,hde->the", k, rk)), rk)
+    vq = R.rotate(_fq(R.rotate(v, H)), H.T)
     ref = R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1)
-    torch.testing.assert_close(decode, ref, atol=1e-4, rtol=0)
+    # 5e-4: the backend rotates with a matmul, the reference with einsum; a last-bit difference can
+    # move one element across a rounding boundary (seen: 2 of 384 outputs off by 2e-4 with the std
+    # levels). A wrong head's rotation is off by ~1e-1.
+    torch.testing.assert_close(decode, ref, atol=5e-4, rtol=0)
 
 
 def test_prefix_cache_hit_reads_the_shared_int2_blocks(impl):
