@@ -138,6 +138,10 @@ def main():
         schemes += [Scheme(f"int2 hadamard G32 sink0 recent128 K-mean of keys 4..{n} (from int2), first {n} uncentered",
                            "int2", group_size=32, center=True, center_skip=n, center_from_cache=True,
                            center_mean_from=4, recent=128) for n in (20, 36, 68)]
+    if "datafree-std" in parts:   # the same data-free offsets with std levels (session 4)
+        schemes += [Scheme(f"int2 hadamard G32 std-range sink0 recent128 K-mean of first {n} (from int2), first {n} "
+                           f"uncentered", "int2", group_size=32, std_range=True, center=True, center_skip=n,
+                           center_from_cache=True, recent=128) for n in (16, 32)]
     if "calibrated-skip" in parts:
         k, v = os.path.join(a.calibrated, "k_rotation.pt"), os.path.join(a.calibrated, "v_rotation.pt")
         schemes += [Scheme(f"int2 calibrated G32 sink0 recent{r} K-offset, first 4 uncentered", "int2",
