@@ -11,7 +11,6 @@ import triton
 import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_THRESHOLDS, STD_STEP, SlotLayout
-from aphrodite_int2kv.int2.quantizer import check_options
 
 FP16_MAX = tl.constexpr(65504.0)  # a constexpr: kernels may only read constexpr globals
 
@@ -119,8 +118,8 @@ def int2_store(k_rot: torch.Tensor, v_rot: torch.Tensor, slot_mapping: torch.Ten
     assert k_rot.stride(-1) == 1 and v_rot.stride(-1) == 1
     if T == 0:
         return
-    check_options(k_clip, lloyd_max, "K: ", std_range)
-    check_options(v_clip, lloyd_max, "V: ", std_range)
+    if lloyd_max and std_range:   # the kernel would silently take one; options are validated at start-up
+        raise ValueError("int2_store: lloyd_max and std_range are two level modes; pick one")
     th = LLOYD_MAX_THRESHOLDS
     _int2_store_kernel[(T, H)](
         k_rot, v_rot, slot_mapping, kv_cache, kv_cache.view(torch.float16),
