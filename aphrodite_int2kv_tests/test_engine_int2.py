@@ -143,7 +143,7 @@ def test_sliding_window_layers_are_refused_with_the_fix(registered):
 
 @pytest.mark.parametrize("env,match", [
     ({"APHRODITE_INT2KV_GROUP_SIZE": "48"}, "GROUP_SIZE=48 is not one of"),
-    ({"APHRODITE_INT2KV_GROUP_SIZE": "abc"}, "GROUP_SIZE='abc' is not an integer"),
+    ({"APHRODITE_INT2KV_GROUP_SIZE": "abc"}, "GROUP_SIZE='abc' is not 'auto' or an integer"),
     ({"APHRODITE_INT2KV_K_CLIP": "1.7", "APHRODITE_INT2KV_LEVELS": "minmax"}, "K_CLIP: clip ratio 1.7"),
     ({"APHRODITE_INT2KV_LEVELS": "lloyd-max", "APHRODITE_INT2KV_V_CLIP": "0.9"}, "V_CLIP=0.9.*'lloyd-max'"),
     ({"APHRODITE_INT2KV_K_CLIP": "0.9"}, "K_CLIP=0.9: clip ratios shrink the min/max range only.*LEVELS=minmax"),
@@ -186,8 +186,9 @@ def _hybrid_dir(tmp_path):
 
 def test_hybrid_pages_carry_int2_capacity(registered, tmp_path):
     """Qwen3-Next-style hybrid (1 attention layer in 4): the attention page is sized from int2's
-    real bytes and the GDN state page is padded to it, so a page holds 5.33x the tokens of bf16's
-    for ~half the bytes. Without the alignment fix the int2 page would be sized at 8 bits."""
+    real bytes and the GDN state page is padded to it, so a page holds 6.4x the tokens of bf16's
+    (G = 64, the default at head_dim 256) for ~half the bytes. Without the alignment fix the int2
+    page would be sized at 8 bits."""
     from aphrodite.engine.arg_utils import EngineArgs
     from aphrodite.platforms.interface import Platform
 
@@ -199,13 +200,13 @@ def test_hybrid_pages_carry_int2_capacity(registered, tmp_path):
         cfg = EngineArgs(model=model, kv_cache_dtype=kv, max_model_len=1024,
                          skip_tokenizer_init=True).create_engine_config()
         Platform._align_hybrid_block_size(cfg, Int2AttentionBackend)
-        per_token = 2 * SlotLayout(256, 32).slot_bytes if kv == "int2" else 2 * 2 * 256 * 2
+        per_token = 2 * SlotLayout(256, 64).slot_bytes if kv == "int2" else 2 * 2 * 256 * 2
         cc = cfg.cache_config
         pages[kv] = (cc.block_size, cc.block_size * per_token)
         assert cc.mamba_page_size_padded in (None, cc.block_size * per_token)
     (bf16_tokens, bf16_bytes), (int2_tokens, int2_bytes) = pages["auto"], pages["int2"]
     tokens_per_byte = (int2_tokens / int2_bytes) / (bf16_tokens / bf16_bytes)
-    assert tokens_per_byte == pytest.approx(SlotLayout(256, 32).ratio_vs())
+    assert tokens_per_byte == pytest.approx(SlotLayout(256, 64).ratio_vs()) == pytest.approx(6.4)
     assert int2_bytes < bf16_bytes  # the shared page (attention or GDN state) got smaller
 
 
@@ -286,7 +287,8 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     """Each int2 layer gets a full-precision companion whose spec is a SlidingWindowSpec(R) with a
     page of exactly the int2 page's bytes; the engine's own grouping puts the windows in their own
     group and its own capacity arithmetic (max concurrency x max_model_len, as the start-up line
-    reports it) still gives >= 5x bf16's tokens at 32K (Qwen3-8B-like heads)."""
+    reports it) still gives >= 5x bf16's tokens at 32K (Qwen3-8B-like heads; 5.87x with the default
+    G = 64)."""
     from aphrodite.config import set_current_aphrodite_config
     from aphrodite.engine.arg_utils import EngineArgs
     from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
@@ -308,12 +310,12 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     w = next(iter(windows.values()))
     int2 = specs["model.layers.0.self_attn.attn"]
     assert isinstance(w, SlidingWindowSpec) and w.sliding_window == 128 and w.dtype == torch.bfloat16
-    assert w.block_size == 24 and w.page_size_bytes == int2.page_size_bytes   # 128 x 96 B = 24 x 512 B per head
+    assert w.block_size == 20 and w.page_size_bytes == int2.page_size_bytes   # 128 x 80 B = 20 x 512 B per head
 
     mem = 8 << 30
     _resolve_layout(cfg)
     (conf,) = get_kv_cache_configs(cfg, [specs], [mem])
-    assert sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups) == [24, 128]
+    assert sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups) == [20, 128]
     int2_tokens = get_max_concurrency_for_kv_cache_config(cfg, conf) * 32768
 
     bf16_cfg = EngineArgs(model=model, max_model_len=32768, skip_tokenizer_init=True).create_engine_config()
@@ -326,15 +328,17 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     from aphrodite_int2kv.engine.window import window_budget_managed
 
     if window_budget_managed():
-        # 5.33x for int2 alone; our window manager budgets 2 x 7 pages of 24 tokens per request
-        # (5 % of the 256 int2 pages at 32K)
-        assert ratio == pytest.approx(SlotLayout(128, 32).ratio_vs() * 256 / (256 + 14), rel=0.01), ratio
+        # 6.4x for int2 alone; our window manager budgets 2 x 8 pages of 20 tokens per request for
+        # the windows before and after a chunk, plus 7 for the window of a prefix-hit point
+        # (9 % of the 256 int2 pages at 32K)
+        assert w.max_admission_blocks_per_request(2048, 32768) == 23
+        assert ratio == pytest.approx(SlotLayout(128, 64).ratio_vs() * 256 / (256 + 23), rel=0.01), ratio
         assert 5.0 <= ratio, ratio
     else:
         # 0.24: the engine's own sliding-window budget (a window plus a prefill chunk per request)
         pages = -(-32768 // 128) + w.max_admission_blocks_per_request(
             cfg.scheduler_config.max_num_batched_tokens, 32768)
-        assert ratio == pytest.approx(SlotLayout(128, 32).ratio_vs() * (32768 // 128) / pages, rel=0.02), ratio
+        assert ratio == pytest.approx(SlotLayout(128, 64).ratio_vs() * (32768 // 128) / pages, rel=0.02), ratio
 
 
 def _resolve_layout(cfg):
@@ -390,7 +394,7 @@ def test_hybrid_window_page_equals_the_gdn_state_page(registered, tmp_path):
                      skip_tokenizer_init=True).create_engine_config()
     Platform._align_hybrid_block_size(cfg, Int2AttentionBackend)
     cc = cfg.cache_config
-    slot = SlotLayout(256, 32).slot_bytes
+    slot = SlotLayout(256, 64).slot_bytes
     wbs = window_block_size(cc.block_size, 256, slot)
     assert wbs * 2 * 256 * 2 == cc.block_size * slot
     assert cc.mamba_page_size_padded in (None, cc.block_size * 2 * slot)
@@ -400,7 +404,9 @@ def test_window_manager_keeps_only_the_live_window_pages(registered):
     """The engine's BlockPool driven as its scheduler does (remove_skipped_blocks, count,
     allocate per step) through our window manager: chunked prefill then decode. After each step
     exactly the pages of positions >= L - R + 1 are real, the budget is never exceeded, the count
-    predicts the allocation, and every page returns to the pool at the end."""
+    predicts the allocation, the worker's block table (the first step's full list, then each step's
+    returned blocks appended, as the scheduler sends them) maps every live position to its page,
+    and every page returns to the pool at the end."""
     from aphrodite.v1.core.block_pool import BlockPool
     from aphrodite.v1.core.single_type_kv_cache_manager import get_manager_for_kv_cache_spec
 
@@ -416,7 +422,7 @@ def test_window_manager_keeps_only_the_live_window_pages(registered):
     assert isinstance(mgr, Int2WindowManager)
     cap = spec.max_admission_blocks_per_request(2048, 32768)
     free0 = pool.get_num_free_blocks()
-    computed, peak = 0, 0
+    computed, peak, table = 0, 0, []
     steps = [256, 512, 768, 1000] + list(range(1001, 1061))
     for num_tokens in steps:
         mgr.remove_skipped_blocks("r", computed)
@@ -424,8 +430,11 @@ def test_window_manager_keeps_only_the_live_window_pages(registered):
         if computed == 0:
             mgr.allocate_new_computed_blocks("r", [], 0, 0)
         new = mgr.allocate_new_blocks("r", num_tokens, num_tokens)
-        assert len(new) == need
+        assert len([b for b in new if not b.is_null]) == need
         blocks = mgr.req_to_blocks["r"]
+        table = [b.block_id for b in blocks] if computed == 0 else table + [b.block_id for b in new]
+        assert len(table) == len(blocks)
+        assert all(table[i] == blocks[i].block_id for i in range(len(blocks)) if not blocks[i].is_null)
         real = [i for i, b in enumerate(blocks) if not b.is_null]
         peak = max(peak, len(real))
         first_live = max(0, num_tokens - R + 1) // W
@@ -455,3 +464,88 @@ def test_window_metadata_builder_builds(registered, tmp_path):
     meta = builder.build(0, cam)
     assert meta.block_table is cam.block_table_tensor and meta.slot_mapping is cam.slot_mapping
     assert Int2WindowBackend.get_kv_cache_shape(7, 48, 8, 128) == (7, 48, 8, 256)
+
+
+def _run_prompt(mgr, rid, prompt, hash_block, chunk):
+    """One request through the engine's KVCacheManager as the scheduler drives it: prefix lookup,
+    then chunked prefill of the rest. Returns (request, cached tokens, per-group hit blocks)."""
+    from aphrodite.sampling_params import SamplingParams
+    from aphrodite.utils.hashing import sha256
+    from aphrodite.v1.core.kv_cache_utils import get_request_block_hasher
+    from aphrodite.v1.request import Request
+
+    req = Request(rid, list(prompt), SamplingParams(max_tokens=1), None,
+                  block_hasher=get_request_block_hasher(hash_block, sha256))
+    hit_blocks, hit = mgr.get_computed_blocks(req)
+    groups = [list(b) for b in hit_blocks.blocks]
+    first = True
+    while req.num_computed_tokens < len(prompt):
+        done = req.num_computed_tokens + (hit if first else 0)
+        n = min(chunk, len(prompt) - done)
+        assert mgr.allocate_slots(req, n, num_new_computed_tokens=hit if first else 0,
+                                  new_computed_blocks=hit_blocks if first else None) is not None
+        req.num_computed_tokens = done + n
+        first = False
+    return req, hit, groups
+
+
+@pytest.mark.parametrize("hit_points", [True, False])
+def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monkeypatch, hit_points):
+    """The engine's KVCacheManager (coordinator, block pool, block hashing) on the KV-cache config the
+    engine builds for int2 + recent window (Qwen3-8B-like heads): a 3,000-token prompt prefilled in
+    chunks of 500, finished, then sent again, and a third prompt sharing its first 1,700 tokens.
+    Each step keeps the window of its last hit point (a multiple of lcm(int2 block, window block)),
+    so the re-sent prompt hits at the last such point below its length and the shared prefix at the
+    last chunk's point inside it, with real cached window pages for the R - 1 positions before the
+    hit. Without hit-point pages (hit_alignment 0, session 4's manager) both hits are 0."""
+    import dataclasses
+    import math
+
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.utils.hashing import sha256
+    from aphrodite.v1.core.kv_cache_manager import KVCacheManager
+    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, init_none_hash
+
+    from aphrodite_int2kv.engine.window import Int2WindowSpec, window_budget_managed
+
+    if not window_budget_managed():
+        pytest.skip("0.24 block manager: the window uses the engine's own sliding-window manager")
+    monkeypatch.delenv("APHRODITE_INT2KV_RECENT_WINDOW", raising=False)
+    monkeypatch.delenv("APHRODITE_INT2KV_GROUP_SIZE", raising=False)
+    cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=32768,
+                     skip_tokenizer_init=True, enable_prefix_caching=True).create_engine_config()
+    cfg.cache_config.block_size = 128
+    _build_int2_layers(cfg, 2)
+    specs = _engine_specs(cfg)
+    if not hit_points:
+        specs = {n: dataclasses.replace(s, hit_alignment=0) if isinstance(s, Int2WindowSpec) else s
+                 for n, s in specs.items()}
+    (conf,) = get_kv_cache_configs(cfg, [specs], [2 << 30])
+    sizes = sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups)
+    assert sizes == [20, 128]                       # G = 64: 128 x 80 B = 20 x 512 B per head
+    align, hash_block = math.lcm(*sizes), math.gcd(*sizes)
+    init_none_hash(sha256)
+    mgr = KVCacheManager(conf, max_model_len=32768, hash_block_size=hash_block, max_num_batched_tokens=500,
+                         enable_caching=True)
+    free0 = mgr.block_pool.get_num_free_blocks()
+    prompt = [(7 * i) % 50_000 + 1 for i in range(3000)]
+    shared = prompt[:1700] + [(11 * i) % 50_000 + 3 for i in range(900)]
+    first, hit, _ = _run_prompt(mgr, "a", prompt, hash_block, 500)
+    assert hit == 0
+    mgr.free(first)
+    again, hit_again, groups = _run_prompt(mgr, "b", prompt, hash_block, 500)
+    mgr.free(again)
+    other, hit_shared, _ = _run_prompt(mgr, "c", shared, hash_block, 500)
+    mgr.free(other)
+    if not hit_points:
+        assert hit_again == 0 and hit_shared == 0
+    else:
+        assert hit_again == (len(prompt) - 1) // align * align == 2560
+        # chunk ends 500, 1000, 1500 keep the windows of 0, 640, 1280: the shared 1,700 tokens hit at 1280
+        # (chunk ends that are not multiples of 640 give no hit points of their own)
+        assert hit_shared == 1280
+        win = next(i for i, g in enumerate(conf.kv_cache_groups) if isinstance(g.kv_cache_spec, Int2WindowSpec))
+        wb = sizes[0]
+        need = range((hit_again - 127) // wb, hit_again // wb)
+        assert all(not groups[win][i].is_null for i in need)
+    assert mgr.block_pool.get_num_free_blocks() == free0

@@ -134,6 +134,9 @@ def main():
         schemes += [Scheme(f"int2 hadamard G32 sink0 recent{r} K-mean of first {n} (from int2), first {n} uncentered",
                            "int2", group_size=32, center=True, center_skip=n, center_from_cache=True, recent=r)
                     for n in (16, 32, 64) for r in (128,)]
+    if "groups-std" in parts:  # group size with std levels (the engine default for head_dim 256 is G = 64)
+        schemes += [Scheme(f"int2 hadamard G{g} std-range sink0 recent{r}", "int2", group_size=g, std_range=True,
+                           recent=r) for g in (32, 64) for r in (0, 128)]
     if "datafree2" in parts:  # the same, with the first 4 keys (attention sinks) left out of the mean
         schemes += [Scheme(f"int2 hadamard G32 sink0 recent128 K-mean of keys 4..{n} (from int2), first {n} uncentered",
                            "int2", group_size=32, center=True, center_skip=n, center_from_cache=True,

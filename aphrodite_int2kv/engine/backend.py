@@ -36,7 +36,7 @@ def options() -> Int2Options:
 
 
 def slot_bytes_for(head_size: int) -> int:
-    return SlotLayout(head_size, options().group_size).slot_bytes
+    return SlotLayout(head_size, options().group_for(head_size)).slot_bytes
 
 
 class Int2AttentionBackend(AttentionBackend):
@@ -184,7 +184,7 @@ def _log_active(spec, layer_names) -> None:
 
         opts = options()
         heads, head = spec.num_kv_heads, spec.head_size
-        layout = SlotLayout(head, opts.group_size)
+        layout = SlotLayout(head, opts.group_for(head))
         window = ""
         if opts.recent_window:
             window = (f"; + recent window of {opts.recent_window} tokens per sequence in full precision "
@@ -193,7 +193,7 @@ def _log_active(spec, layer_names) -> None:
         init_logger("aphrodite.int2kv").info(
             "int2 KV cache active on %d layers (%s%s): %s; %d B per token per layer (bf16: %d B, %.2fx "
             "fewer); page %d tokens%s", len(layer_names), ", ".join(list(layer_names)[:2]),
-            ", ..." if len(layer_names) > 2 else "", opts.describe(), heads * layout.slot_bytes,
+            ", ..." if len(layer_names) > 2 else "", opts.describe(head), heads * layout.slot_bytes,
             heads * head * 4, layout.ratio_vs(), spec.block_size, window)
     except Exception as exc:  # logging must never stop the engine
         import logging
@@ -277,7 +277,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                                   ". Use another kv-cache dtype, or list these layers in "
                                   "kv_cache_dtype_skip_layers.")
         self.opts = options()
-        self.layout = SlotLayout(head_size, self.opts.group_size)
+        self.layout = SlotLayout(head_size, self.opts.group_for(head_size))
         self.num_heads, self.num_kv_heads, self.head_size = num_heads, num_kv_heads, head_size
         self.scale = float(scale)
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name

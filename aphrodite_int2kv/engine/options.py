@@ -3,7 +3,7 @@ cores and workers inherit it). Validated at start-up with errors that name the v
 
 | variable | default | meaning |
 |---|---|---|
-| APHRODITE_INT2KV_GROUP_SIZE | 32 | elements per scale/zero group: 32, 64, 128 or 256, dividing head_dim |
+| APHRODITE_INT2KV_GROUP_SIZE | auto | elements per scale/zero group: 32, 64, 128 or 256, dividing head_dim; auto = 64 (32 for head_dim 64, where 64 saves no bytes) |
 | APHRODITE_INT2KV_K_ROTATION | hadamard | `hadamard`, `none`, or a rotation file (docs/format.md) |
 | APHRODITE_INT2KV_V_ROTATION | hadamard | same, for V |
 | APHRODITE_INT2KV_K_CLIP | 1.0 | clip ratio for K groups, in [0.5, 1.0] |
@@ -18,16 +18,20 @@ from __future__ import annotations
 import dataclasses
 import os
 
-from aphrodite_int2kv.int2.format import GROUP_SIZES, Int2ConfigError
+from aphrodite_int2kv.int2.format import GROUP_SIZES, Int2ConfigError, default_group_size
 from aphrodite_int2kv.int2.quantizer import check_options
 
 PREFIX = "APHRODITE_INT2KV_"
+
+
+def _group(raw: str):
+    return None if raw.strip().lower() == "auto" else int(raw)
 LEVELS = ("std", "minmax", "lloyd-max")
 
 
 @dataclasses.dataclass(frozen=True)
 class Int2Options:
-    group_size: int = 32
+    group_size: int | None = None      # None: default_group_size(head_dim)
     k_rotation: str = "hadamard"
     v_rotation: str = "hadamard"
     k_clip: float = 1.0
@@ -53,7 +57,7 @@ class Int2Options:
             raise Int2ConfigError(f"{PREFIX}LLOYD_MAX was replaced by {PREFIX}LEVELS (std, minmax or "
                                   f"lloyd-max); for Lloyd-Max levels set {PREFIX}LEVELS=lloyd-max")
         opts = cls(
-            group_size=get("GROUP_SIZE", 32, int, f"an integer (one of {GROUP_SIZES})"),
+            group_size=get("GROUP_SIZE", None, _group, f"'auto' or an integer (one of {GROUP_SIZES})"),
             k_rotation=get("K_ROTATION", "hadamard", str, "a rotation"),
             v_rotation=get("V_ROTATION", "hadamard", str, "a rotation"),
             k_clip=get("K_CLIP", 1.0, float, "a number"),
@@ -64,6 +68,10 @@ class Int2Options:
         )
         opts.validate()
         return opts
+
+    def group_for(self, head_dim: int) -> int:
+        """The group size of layers with this head_dim."""
+        return default_group_size(head_dim) if self.group_size is None else self.group_size
 
     @property
     def lloyd_max(self) -> bool:
@@ -83,7 +91,7 @@ class Int2Options:
         if not 0 <= self.recent_window <= 65536:
             raise Int2ConfigError(f"{PREFIX}RECENT_WINDOW={self.recent_window} must be between 0 (off) and "
                                   f"65536 tokens (128 is the measured default)")
-        if self.group_size not in GROUP_SIZES:
+        if self.group_size is not None and self.group_size not in GROUP_SIZES:
             raise Int2ConfigError(f"{PREFIX}GROUP_SIZE={self.group_size} is not one of {GROUP_SIZES}")
         for name, clip in (("K_CLIP", self.k_clip), ("V_CLIP", self.v_clip)):
             if self.levels != "minmax" and clip != 1.0:
@@ -96,12 +104,16 @@ class Int2Options:
                 raise Int2ConfigError(f"{PREFIX}{name}={rot!r}: expected 'hadamard', 'none' or an "
                                       f"existing rotation file (aphrodite-int2kv make-rotation)")
 
-    def describe(self) -> str:
+    def describe(self, head_dim: int | None = None) -> str:
         quant = {"std": "levels=std", "minmax": "levels=minmax", "lloyd-max": "levels=Lloyd-Max"}[self.levels]
         from aphrodite_int2kv.int2.rotation import file_has_k_offsets
 
         center = self.k_rotation not in ("hadamard", "none") and file_has_k_offsets(self.k_rotation)
-        return (f"G={self.group_size} {quant} K-rot={self.k_rotation} V-rot={self.v_rotation} "
+        if head_dim is not None:
+            group = str(self.group_for(head_dim)) + (" (auto)" if self.group_size is None else "")
+        else:
+            group = "auto (64; 32 for head_dim 64)" if self.group_size is None else str(self.group_size)
+        return (f"G={group} {quant} K-rot={self.k_rotation} V-rot={self.v_rotation} "
                 f"clip K/V={self.k_clip}/{self.v_clip} K-center="
                 f"{f'file offsets (first {self.k_center_skip} tokens uncentered)' if center else 'off'} "
                 f"recent window={self.recent_window or 'off'}")

@@ -123,9 +123,11 @@ class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
             raise Int2ConfigError(f"int2 KV recent window: model dtype {dtype} is not float16/bfloat16")
         block = window_block_size(aphrodite_config.cache_config.block_size, self.head_size, self.slot_bytes,
                                   dtype.itemsize)
-        spec_cls = Int2WindowSpec if window_budget_managed() else SlidingWindowSpec
-        return spec_cls(block_size=block, num_kv_heads=self.num_kv_heads, head_size=self.head_size,
-                                 dtype=dtype, sliding_window=self.window)
+        common = dict(block_size=block, num_kv_heads=self.num_kv_heads, head_size=self.head_size,
+                      dtype=dtype, sliding_window=self.window)
+        if not window_budget_managed():
+            return SlidingWindowSpec(**common)
+        return Int2WindowSpec(**common, hit_alignment=math.lcm(aphrodite_config.cache_config.block_size, block))
 
 
 def window_views(cache: torch.Tensor, num_kv_heads: int, head_size: int, dtype: torch.dtype,
@@ -159,15 +161,20 @@ from aphrodite.v1.kv_cache_interface import SlidingWindowSpec  # noqa: E402
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Int2WindowSpec(SlidingWindowSpec):
-    """A sliding-window spec whose per-request budget is two windows, not a window plus a chunk."""
+    """A sliding-window spec whose per-request budget is two windows plus one hit-point window, not
+    a window plus a chunk. hit_alignment: the engine's prefix-hit granularity, lcm(int2 block,
+    window block) (0: no hit-point pages)."""
+    hit_alignment: int = 0
 
     def max_admission_blocks_per_request(self, max_num_batched_tokens: int, max_model_len: int) -> int:
         live = min(self.sliding_window - 1, max_model_len)
-        return 2 * (cdiv(live, self.block_size) + 1)
+        hit_point = cdiv(self.sliding_window - 1, self.block_size) if self.hit_alignment else 0
+        return 2 * (cdiv(live, self.block_size) + 1) + hit_point
 
 
 class Int2WindowManager(_stm.SlidingWindowManager):
-    """Pages only for positions still inside the window after the scheduled step (0.21-0.23 API)."""
+    """Pages only for positions still inside the window after the scheduled step, plus the window
+    of one prefix-cache hit point per step (0.21-0.23 API)."""
 
     def __init__(self, kv_cache_spec, **kwargs):
         super().__init__(kv_cache_spec, **kwargs)
@@ -176,23 +183,42 @@ class Int2WindowManager(_stm.SlidingWindowManager):
     def _first_live_block(self, num_tokens: int) -> int:
         return self.get_num_skipped_tokens(num_tokens) // self.block_size
 
+    def _hit_point_blocks(self, num_tokens: int, first_new: int, live_from: int) -> range:
+        """Window blocks that get a real page although they slide out after this step: those of
+        [h - R + 1, h) for h, the last multiple of the hit alignment below num_tokens. Freed the next
+        step like any slid-out page, they stay in the prefix cache, so a later request that shares
+        the first h tokens (a re-sent prompt, a chunk boundary) finds the window a hit at h needs."""
+        align = getattr(self.kv_cache_spec, "hit_alignment", 0)
+        if not (align and self.enable_caching):
+            return range(0)
+        end = (num_tokens - 1) // align * align // self.block_size
+        return range(max(end - cdiv(self.sliding_window - 1, self.block_size), first_new), min(end, live_from))
+
     def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, total_computed_tokens,
                                    num_tokens_main_model, apply_admission_cap=False):
         required = cdiv(num_tokens, self.block_size)
         live_from = self._first_live_block(num_tokens)
         if request_id in self.num_cached_block:   # running: no new prefix hits
-            return max(required - max(len(self.req_to_blocks[request_id]), live_from), 0)
+            held = len(self.req_to_blocks[request_id])
+            return max(required - max(held, live_from), 0) + len(self._hit_point_blocks(num_tokens, held, live_from))
         skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
         held = max(len(new_computed_blocks), skipped)
         evictable = self._get_num_evictable_blocks(new_computed_blocks[skipped:])
-        return max(required - max(held, live_from), 0) + evictable
+        return (max(required - max(held, live_from), 0) + evictable
+                + len(self._hit_point_blocks(num_tokens, held, live_from)))
 
     def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model):
         blocks = self.req_to_blocks[request_id]
+        first_new = len(blocks)
         live_from = self._first_live_block(num_tokens)
-        if len(blocks) < live_from:   # positions out of the window after this step: no page
-            blocks.extend([self._null_block] * (live_from - len(blocks)))
-        return super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
+        if first_new < live_from:   # positions out of the window after this step: the null page
+            keep = self._hit_point_blocks(num_tokens, first_new, live_from)
+            real = iter(self.block_pool.get_new_blocks(len(keep)))
+            blocks.extend(next(real) if i in keep else self._null_block for i in range(first_new, live_from))
+        super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
+        # every new entry, null pages included: a running request's block table on the worker is
+        # extended with exactly this list, so leaving the nulls out would shift its later pages
+        return blocks[first_new:]
 
     def remove_skipped_blocks(self, request_id, total_computed_tokens):
         # null pages may sit between live ones (a chunk's interior), so scan from the last cut

@@ -221,7 +221,7 @@ def _window_companions() -> str:
 
         ctx = get_current_aphrodite_config().compilation_config.static_forward_context
         Int2WindowLayer(self.layer_name, self.num_kv_heads, self.head_size, opts.recent_window,
-                        SlotLayout(self.head_size, opts.group_size).slot_bytes, ctx)
+                        SlotLayout(self.head_size, opts.group_for(self.head_size)).slot_bytes, ctx)
 
     Attention.__init__ = mark(__init__)
     from aphrodite_int2kv.engine.window import window_budget_managed

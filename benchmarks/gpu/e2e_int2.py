@@ -2,6 +2,7 @@
 """int2 vs bf16 KV cache in the real engine on a tiny model (H200, aphrodite 0.21.0).
 
   python3 benchmarks/gpu/e2e_int2.py --model DIR --label NAME [--kv auto|int2] [--graph] [--lm-only]
+      [--chunk N] [--repeat]
 
 Greedy-decodes fixed prompts, prints the engine's KV-capacity line and one
 `E2E_RESULT {json}` line (token ids included) so two runs can be compared.
@@ -20,6 +21,8 @@ def main():
     ap.add_argument("--lm-only", action="store_true")
     ap.add_argument("--max-tokens", type=int, default=24)
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
+    ap.add_argument("--chunk", type=int, default=0,
+                    help="max_num_batched_tokens: prefill the long prompts in chunks of this many tokens")
     ap.add_argument("--repeat", action="store_true",
                     help="generate the prompts a second time (prefix-cache hits) and record both passes")
     a = ap.parse_args()
@@ -29,6 +32,8 @@ def main():
               gpu_memory_utilization=0.3, enforce_eager=not a.graph, seed=0,
               kv_cache_dtype=a.kv, gdn_prefill_backend="triton", tensor_parallel_size=a.tp,
               max_num_seqs=8)   # 6 prompts; fewer CUDA-graph sizes to capture (start-up time on the H200)
+    if a.chunk:
+        kw.update(max_num_batched_tokens=a.chunk, enable_chunked_prefill=True)
     if a.kv != "int2":
         kw["attention_config"] = {"backend": "TRITON_ATTN"}
     if a.lm_only:
@@ -46,7 +51,7 @@ def main():
     import os
 
     env = {k: v for k, v in os.environ.items() if k.startswith("APHRODITE_INT2KV_")}
-    res = {"label": a.label, "kv": a.kv, "graph": a.graph, "tp": a.tp, "init_s": round(init_s, 1), "env": env,
+    res = {"label": a.label, "kv": a.kv, "graph": a.graph, "tp": a.tp, "chunk": a.chunk, "init_s": round(init_s, 1), "env": env,
            "prompt_tokens": [len(o.prompt_token_ids) for o in outs],
            "tokens": [list(o.outputs[0].token_ids) for o in outs],
            "logprobs": [[round(float(next(iter(lp.values())).logprob), 4) for lp in o.outputs[0].logprobs]
