@@ -383,7 +383,8 @@ def test_window_page_must_be_whole_tokens():
 
 def test_hybrid_window_page_equals_the_gdn_state_page(registered, tmp_path):
     """On the hybrid the aligned attention page (= the padded GDN state page) also holds a whole
-    number of window tokens, so the three page sizes agree."""
+    number of window tokens, so the three page sizes agree: with the window on, the backend asks
+    for pages in multiples of 32 tokens at G = 64 (16 is enough for the kernels)."""
     from aphrodite.engine.arg_utils import EngineArgs
     from aphrodite.platforms.interface import Platform
 
@@ -392,8 +393,12 @@ def test_hybrid_window_page_equals_the_gdn_state_page(registered, tmp_path):
 
     cfg = EngineArgs(model=_hybrid_dir(tmp_path), kv_cache_dtype="int2", max_model_len=1024,
                      skip_tokenizer_init=True).create_engine_config()
+    cfg.cache_config.block_size = 16   # the CUDA platform's starting point (the CPU platform's is 128)
     Platform._align_hybrid_block_size(cfg, Int2AttentionBackend)
     cc = cfg.cache_config
+    # the GDN state needs 432 tokens of int2 page; a multiple of 16 would give 432 x 160 B per head,
+    # 67.5 window tokens (the tiny Qwen3.5 on the H200 stopped there): 448 = 14 x 32 holds 70
+    assert cc.block_size == 448
     slot = SlotLayout(256, 64).slot_bytes
     wbs = window_block_size(cc.block_size, 256, slot)
     assert wbs * 2 * 256 * 2 == cc.block_size * slot

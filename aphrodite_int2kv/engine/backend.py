@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from typing import ClassVar
 
 import torch
@@ -39,6 +40,23 @@ def slot_bytes_for(head_size: int) -> int:
     return SlotLayout(head_size, options().group_for(head_size)).slot_bytes
 
 
+def _page_multiple() -> int:
+    """Tokens an int2 page must be a multiple of, for the model being configured (16 when unknown)."""
+    opts = options()
+    try:
+        from aphrodite.config import get_current_aphrodite_config_or_none
+
+        cfg = get_current_aphrodite_config_or_none()
+        head = cfg.model_config.get_head_size() if cfg and cfg.model_config else None
+    except Exception:
+        head = None
+    if not opts.recent_window or head not in HEAD_DIMS:
+        return 16
+    from aphrodite_int2kv.engine.window import window_page_multiple
+
+    return math.lcm(16, window_page_multiple(head, SlotLayout(head, opts.group_for(head)).slot_bytes))
+
+
 class Int2AttentionBackend(AttentionBackend):
     accept_output_buffer: bool = True
     forward_includes_kv_cache_update: bool = False
@@ -59,7 +77,10 @@ class Int2AttentionBackend(AttentionBackend):
 
     @staticmethod
     def get_supported_kernel_block_sizes() -> list[int | MultipleOf]:
-        return [MultipleOf(16)]   # the kernels take any page size; 16 keeps hybrid pages aligned
+        # the kernels take any page size; 16 keeps hybrid pages aligned, and with the recent window
+        # a page must also hold a whole number of full-precision window tokens (hybrid models get
+        # their block size from this alignment): 32 tokens at G = 64
+        return [MultipleOf(_page_multiple())]
 
     @classmethod
     def get_preferred_block_size(cls, default_block_size: int) -> int:

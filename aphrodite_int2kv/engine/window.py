@@ -34,11 +34,17 @@ def window_name(layer_name: str) -> str:
     return layer_name + SUFFIX
 
 
+def window_page_multiple(head_size: int, slot_bytes: int, dtype_size: int = 2) -> int:
+    """The int2 block sizes whose page holds whole window tokens are the multiples of this."""
+    den = 2 * head_size * dtype_size
+    return den // math.gcd(slot_bytes, den)
+
+
 def window_block_size(int2_block_size: int, head_size: int, slot_bytes: int, dtype_size: int = 2) -> int:
     """Tokens per window page such that the page has the int2 page's bytes."""
     num, den = int2_block_size * slot_bytes, 2 * head_size * dtype_size
     if num % den:
-        unit = den // math.gcd(slot_bytes, den)
+        unit = window_page_multiple(head_size, slot_bytes, dtype_size)
         raise Int2ConfigError(
             f"int2 KV recent window: an int2 page of {int2_block_size} tokens ({slot_bytes} B per token and "
             f"head) is not a whole number of full-precision window tokens ({den} B); use a block size that is "
