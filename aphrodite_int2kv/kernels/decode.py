@@ -50,7 +50,7 @@ def _int2_decode_split_kernel(
     OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
     DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr,
-    WINDOW: tl.constexpr = False, WBS: tl.constexpr = 16,   # split 0 reads the recent window (see int2_decode)
+    WINDOW_PASS: tl.constexpr = False, WBS: tl.constexpr = 16,   # the recent-window launch (see int2_decode)
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
 ):
     W: tl.constexpr = D // 4
@@ -72,15 +72,12 @@ def _int2_decode_split_kernel(
         hmask = in_group < RATIO
 
     seq_len = tl.load(seq_lens_ptr + batch)
-    # int2 tokens: [0, int2_len), divided among the num_splits int2 splits; the last window_len
-    # tokens belong to the recent window. With WINDOW, split 0 reads the window and splits
-    # 1..num_splits the int2 tokens: the window programs are dispatched first and take one split's
-    # place in the grid, so the grid stays one wave and the window adds ~1/num_splits of work
-    # (as a separate launch it added a serial tail of its own, +15-25 % at 32K).
+    # int2 tokens: [0, int2_len), divided among the num_splits splits; the last window_len tokens
+    # belong to the recent window, read by a separate launch (WINDOW_PASS) into split slot
+    # num_splits, so its code does not weigh on the int2 loop and its grid adds no wave.
     int2_len = tl.maximum(seq_len - window_len, 0)
     per_split = tl.cdiv(tl.cdiv(int2_len, num_splits), BLOCK_N) * BLOCK_N
-    int2_split = split - 1 if WINDOW else split
-    start = int2_split * per_split
+    start = split * per_split
     end = tl.minimum(start + per_split, int2_len)
 
     cols = tl.arange(0, W)
@@ -101,19 +98,20 @@ def _int2_decode_split_kernel(
     acc2 = tl.zeros([BLOCK_H, W], tl.float32)
     acc3 = tl.zeros([BLOCK_H, W], tl.float32)
 
-    if WINDOW and split == 0:
+    if WINDOW_PASS:
         m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, int2_len, seq_len,
             wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
             qk_scale, WBS, BLOCK_H, BLOCK_N, W, DOT)
+        slot_index = num_splits
     else:
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end,
             block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
             qk_scale, qc, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
             OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+        slot_index = split
 
-    slot_index = split
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
     row = (batch * NUM_Q_HEADS + q_head) * row_splits + slot_index
@@ -224,9 +222,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     (fp32, q_rot . c_rot of the query's KV head) is subtracted from their scores.
     Recent window: `window` = (k_win, v_win [blocks, window_block_size, Hkv, D] in the same rotated
     (and centered) basis, window_block_table [B, max_blocks] int32, R): the last R tokens of each
-    sequence are read there in full precision by the programs of split 0 (one per sequence and
-    head tile), and max(num_splits - 1, 1) int2 splits read the rest, in one launch of
-    max(num_splits, 2) split slots (the same grid as without the window when num_splits > 1).
+    sequence are read there in full precision by a second, small launch (one program per sequence
+    and head tile) into split slot `num_splits`; the `num_splits` int2 splits read the rest.
     """
     B, Hq, D = q_rot.shape
     Hkv = kv_cache.shape[2]
@@ -241,9 +238,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     grid_heads = triton.cdiv(Hq, min(block_h, ratio)) if _upstream_head_map else Hkv * tiles
     if out is None:
         out = torch.empty_like(q_rot)
-    # with the window, split slot 0 is the window's and the int2 tokens get the other slots
-    int2_splits = max(num_splits - 1, 1) if window else num_splits
-    total_splits = int2_splits + (1 if window else 0)
+    # the recent window's partial result goes to one more split slot, written by its own launch
+    total_splits = num_splits + (1 if window else 0)
     if workspace is None:
         part_out = torch.empty(B * Hq * total_splits * D, dtype=torch.float32, device=q_rot.device)
         part_lse = torch.empty(B * Hq * total_splits, dtype=torch.float32, device=q_rot.device)
@@ -263,11 +259,13 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
             kv_cache, kv_cache.view(torch.float16),
             kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
             block_table, block_table.stride(0), seq_lens,
-            part_out, part_lse, sm_scale * LOG2E, int2_splits, int(window[3]) if window else 0, total_splits,
+            part_out, part_lse, sm_scale * LOG2E, num_splits, int(window[3]) if window else 0, total_splits,
             sink_qc if sinks else part_lse, sink_qc.stride(0) if sinks else 0)
-    _int2_decode_split_kernel[(B, grid_heads, total_splits)](
-        *args, *_window_args(window, q_rot), WINDOW=bool(window),
-        WBS=window[0].shape[1] if window else 16, **common)
+    _int2_decode_split_kernel[(B, grid_heads, num_splits)](*args, *_window_args(None, q_rot), WINDOW_PASS=False,
+                                                          WBS=16, **common)
+    if window:
+        _int2_decode_split_kernel[(B, grid_heads, 1)](*args, *_window_args(window, q_rot), WINDOW_PASS=True,
+                                                     WBS=window[0].shape[1], **common)
     _int2_decode_merge_kernel[(B, Hq)](
         part_out, part_lse, out, out.stride(0), out.stride(1),
         NUM_Q_HEADS=Hq, NUM_SPLITS=total_splits, SPLITS_P2=triton.next_power_of_2(total_splits), D=D,
