@@ -84,11 +84,11 @@ class Int2AttentionBackend(AttentionBackend):
 
     @classmethod
     def get_preferred_block_size(cls, default_block_size: int) -> int:
-        """128 on dense models with the recent window: its page is then 24 tokens (D = 128, G = 32),
-        so the engine hashes prefixes at gcd(128, 24) = 8 tokens (with 16 it would be 3 -> 1 token),
-        and the window budget (2 x 7 pages of 24 tokens) costs 5 % of int2's pages at 32K instead of
-        6 % with 256 / 48 (measured: 4.99x bf16's tokens at 32K with 256, below the 5x goal).
-        Hybrid models get their block size from the GDN-state alignment instead."""
+        """128 on dense models with the recent window: its page is then 20 tokens (D = 128, G = 64;
+        24 at G = 32), so the engine hashes prefixes at gcd(128, 20) = 4 tokens (with 16 it would be
+        2.5: no whole page), and the window budget (2 x 8 + 7 pages of 20 tokens) costs 9 % of
+        int2's pages at 32K (measured: 5.86x bf16's tokens). Hybrid models get their block size
+        from the GDN-state alignment instead."""
         try:
             from aphrodite.config import get_current_aphrodite_config_or_none
 
