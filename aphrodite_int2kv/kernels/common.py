@@ -156,30 +156,18 @@ def dequant_plane(packed, P: tl.constexpr, scale, zero, LLOYD: tl.constexpr, L0:
                   L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
                   FAST: tl.constexpr):
     """Plane P of packed uint8 codes [N, W] -> level(code) * scale + zero as DOT [N, W]."""
-    if FAST and LLOYD and DOT == tl.float16:
+    if FAST and DOT == tl.float16:
         s = scale.to(tl.float16)
         z = zero.to(tl.float16)
+        # the unpack of plane P with uniform or Lloyd-Max levels (module docstring)
         if P == 0:
-            asm: tl.constexpr = LLOYD_ASM_0
+            asm: tl.constexpr = LLOYD_ASM_0 if LLOYD else PLANE_ASM_0
         elif P == 1:
-            asm: tl.constexpr = LLOYD_ASM_1
+            asm: tl.constexpr = LLOYD_ASM_1 if LLOYD else PLANE_ASM_1
         elif P == 2:
-            asm: tl.constexpr = LLOYD_ASM_2
+            asm: tl.constexpr = LLOYD_ASM_2 if LLOYD else PLANE_ASM_2
         else:
-            asm: tl.constexpr = LLOYD_ASM_3
-        return tl.inline_asm_elementwise(asm, "=r,=r,r,r,r,r,r", [packed, s, z],
-                                         dtype=tl.float16, is_pure=True, pack=4)
-    elif FAST and not LLOYD and DOT == tl.float16:
-        s = scale.to(tl.float16)
-        z = zero.to(tl.float16)
-        if P == 0:
-            asm: tl.constexpr = PLANE_ASM_0
-        elif P == 1:
-            asm: tl.constexpr = PLANE_ASM_1
-        elif P == 2:
-            asm: tl.constexpr = PLANE_ASM_2
-        else:
-            asm: tl.constexpr = PLANE_ASM_3
+            asm: tl.constexpr = LLOYD_ASM_3 if LLOYD else PLANE_ASM_3
         return tl.inline_asm_elementwise(asm, "=r,=r,r,r,r,r,r", [packed, s, z],
                                          dtype=tl.float16, is_pure=True, pack=4)
     else:
