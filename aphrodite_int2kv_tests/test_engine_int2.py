@@ -327,18 +327,14 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     ratio = int2_tokens / bf16_tokens
     from aphrodite_int2kv.engine.window import window_budget_managed
 
-    if window_budget_managed():
-        # 6.4x for int2 alone; our window manager budgets 2 x 8 pages of 20 tokens per request for
-        # the windows before and after a chunk, plus 7 for the window of a prefix-hit point
-        # (9 % of the 256 int2 pages at 32K)
-        assert w.max_admission_blocks_per_request(2048, 32768) == 23
-        assert ratio == pytest.approx(SlotLayout(128, 64).ratio_vs() * 256 / (256 + 23), rel=0.01), ratio
-        assert 5.0 <= ratio, ratio
-    else:
-        # 0.24: the engine's own sliding-window budget (a window plus a prefill chunk per request)
-        pages = -(-32768 // 128) + w.max_admission_blocks_per_request(
-            cfg.scheduler_config.max_num_batched_tokens, 32768)
-        assert ratio == pytest.approx(SlotLayout(128, 64).ratio_vs() * (32768 // 128) / pages, rel=0.02), ratio
+    assert window_budget_managed()   # our window manager on 0.21-0.23 and 0.24
+    # 6.4x for int2 alone; our window manager budgets 2 x 8 pages of 20 tokens per request for
+    # the windows before and after a chunk, plus 7 for the window of a prefix-hit point
+    # (9 % of the 256 int2 pages at 32K). (0.24's own sliding-window budget, a window plus a
+    # prefill chunk, gave 1.44x-3.9x: benchmarks/results/window_capacity_cpu.json.)
+    assert w.max_admission_blocks_per_request(2048, 32768) == 23
+    assert ratio == pytest.approx(SlotLayout(128, 64).ratio_vs() * 256 / (256 + 23), rel=0.01), ratio
+    assert 5.0 <= ratio, ratio
 
 
 def _resolve_layout(cfg):
@@ -396,13 +392,39 @@ def test_hybrid_window_page_equals_the_gdn_state_page(registered, tmp_path):
     cfg.cache_config.block_size = 16   # the CUDA platform's starting point (the CPU platform's is 128)
     Platform._align_hybrid_block_size(cfg, Int2AttentionBackend)
     cc = cfg.cache_config
-    # the GDN state needs 432 tokens of int2 page; a multiple of 16 would give 432 x 160 B per head,
-    # 67.5 window tokens (the tiny Qwen3.5 on the H200 stopped there): 448 = 14 x 32 holds 70
-    assert cc.block_size == 448
+    # 0.21: the GDN state needs 432 tokens of int2 page; a multiple of 16 would give 432 x 160 B per
+    # head, 67.5 window tokens (the tiny Qwen3.5 on the H200 stopped there): 448 = 14 x 32 holds 70.
+    # (0.24 sizes the hybrid page through the backend's spec and lands on another multiple of 32.)
+    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+
+    assert cc.block_size % 32 == 0
+    if shape_based_kv_api():
+        assert cc.block_size == 448
     slot = SlotLayout(256, 64).slot_bytes
     wbs = window_block_size(cc.block_size, 256, slot)
     assert wbs * 2 * 256 * 2 == cc.block_size * slot
     assert cc.mamba_page_size_padded in (None, cc.block_size * 2 * slot)
+
+
+def _manager_kwargs(factory, batched_tokens, block_size):
+    """get_manager_for_kv_cache_spec's budget argument: max_num_batched_tokens (0.21) or
+    max_in_flight_tokens plus the scheduler block size (0.24)."""
+    import inspect
+
+    params = inspect.signature(factory).parameters
+    if "max_in_flight_tokens" in params:
+        return {"max_in_flight_tokens": batched_tokens, "scheduler_block_size": block_size}
+    return {"max_num_batched_tokens": batched_tokens}
+
+
+def _middle_args(mgr, computed):
+    """0.24's get_num_blocks_to_allocate takes num_local_computed_tokens before num_tokens_main_model."""
+    import inspect
+
+    from aphrodite.v1.core.single_type_kv_cache_manager import SlidingWindowManager
+
+    params = inspect.signature(SlidingWindowManager.get_num_blocks_to_allocate).parameters
+    return (computed,) if "num_local_computed_tokens" in params else ()
 
 
 def test_window_manager_keeps_only_the_live_window_pages(registered):
@@ -417,13 +439,13 @@ def test_window_manager_keeps_only_the_live_window_pages(registered):
 
     from aphrodite_int2kv.engine.window import Int2WindowManager, Int2WindowSpec, window_budget_managed
 
-    if not window_budget_managed():
-        pytest.skip("0.24 block manager: the window uses the engine's own sliding-window manager")
+    assert window_budget_managed()
     R, W = 128, 48
     spec = Int2WindowSpec(block_size=W, num_kv_heads=8, head_size=128, dtype=torch.bfloat16, sliding_window=R)
     pool = BlockPool(num_gpu_blocks=200, enable_caching=False, hash_block_size=W)
-    mgr = get_manager_for_kv_cache_spec(spec, max_num_batched_tokens=2048, max_model_len=32768,
-                                        block_pool=pool, enable_caching=False, kv_cache_group_id=1)
+    mgr = get_manager_for_kv_cache_spec(spec, **_manager_kwargs(get_manager_for_kv_cache_spec, 2048, W),
+                                        max_model_len=32768, block_pool=pool, enable_caching=False,
+                                        kv_cache_group_id=1)
     assert isinstance(mgr, Int2WindowManager)
     cap = spec.max_admission_blocks_per_request(2048, 32768)
     free0 = pool.get_num_free_blocks()
@@ -431,9 +453,10 @@ def test_window_manager_keeps_only_the_live_window_pages(registered):
     steps = [256, 512, 768, 1000] + list(range(1001, 1061))
     for num_tokens in steps:
         mgr.remove_skipped_blocks("r", computed)
-        need = mgr.get_num_blocks_to_allocate("r", num_tokens, [], computed, num_tokens)
+        need = mgr.get_num_blocks_to_allocate("r", num_tokens, [], computed, *_middle_args(mgr, computed),
+                                              num_tokens)
         if computed == 0:
-            mgr.allocate_new_computed_blocks("r", [], 0, 0)
+            (getattr(mgr, "allocate_new_computed_blocks", None) or mgr.add_local_computed_blocks)("r", [], 0, 0)
         new = mgr.allocate_new_blocks("r", num_tokens, num_tokens)
         assert len([b for b in new if not b.is_null]) == need
         blocks = mgr.req_to_blocks["r"]
@@ -481,7 +504,9 @@ def _run_prompt(mgr, rid, prompt, hash_block, chunk):
 
     req = Request(rid, list(prompt), SamplingParams(max_tokens=1), None,
                   block_hasher=get_request_block_hasher(hash_block, sha256))
-    hit_blocks, hit = mgr.get_computed_blocks(req)
+    hit_blocks, hit, *boundary = mgr.get_computed_blocks(req)
+    if boundary:   # 0.24: the scheduler pins a shared prefix the sparse groups have not cached yet
+        req.shared_prefix_boundary = boundary[0]
     groups = [list(b) for b in hit_blocks.blocks]
     first = True
     while req.num_computed_tokens < len(prompt):
@@ -498,7 +523,7 @@ def _run_prompt(mgr, rid, prompt, hash_block, chunk):
 def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monkeypatch, hit_points):
     """The engine's KVCacheManager (coordinator, block pool, block hashing) on the KV-cache config the
     engine builds for int2 + recent window (Qwen3-8B-like heads): a 3,000-token prompt prefilled in
-    chunks of 500, finished, then sent again, and a third prompt sharing its first 1,700 tokens.
+    chunks of 500, finished, then sent again, and two more prompts sharing its first 1,700 tokens.
     Each step keeps the window of its last hit point (a multiple of lcm(int2 block, window block)),
     so the re-sent prompt hits at the last such point below its length and the shared prefix at the
     last chunk's point inside it, with real cached window pages for the R - 1 positions before the
@@ -513,8 +538,7 @@ def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monke
 
     from aphrodite_int2kv.engine.window import Int2WindowSpec, window_budget_managed
 
-    if not window_budget_managed():
-        pytest.skip("0.24 block manager: the window uses the engine's own sliding-window manager")
+    assert window_budget_managed()
     monkeypatch.delenv("APHRODITE_INT2KV_RECENT_WINDOW", raising=False)
     monkeypatch.delenv("APHRODITE_INT2KV_GROUP_SIZE", raising=False)
     cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=32768,
@@ -525,13 +549,18 @@ def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monke
     if not hit_points:
         specs = {n: dataclasses.replace(s, hit_alignment=0) if isinstance(s, Int2WindowSpec) else s
                  for n, s in specs.items()}
+    _resolve_layout(cfg)
     (conf,) = get_kv_cache_configs(cfg, [specs], [2 << 30])
     sizes = sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups)
     assert sizes == [20, 128]                       # G = 64: 128 x 80 B = 20 x 512 B per head
     align, hash_block = math.lcm(*sizes), math.gcd(*sizes)
     init_none_hash(sha256)
-    mgr = KVCacheManager(conf, max_model_len=32768, hash_block_size=hash_block, max_num_batched_tokens=500,
-                         enable_caching=True)
+    import inspect
+
+    budget = ({"scheduler_block_size": align, "max_in_flight_tokens": 500}
+              if "scheduler_block_size" in inspect.signature(KVCacheManager).parameters
+              else {"max_num_batched_tokens": 500})
+    mgr = KVCacheManager(conf, max_model_len=32768, hash_block_size=hash_block, enable_caching=True, **budget)
     free0 = mgr.block_pool.get_num_free_blocks()
     prompt = [(7 * i) % 50_000 + 1 for i in range(3000)]
     shared = prompt[:1700] + [(11 * i) % 50_000 + 3 for i in range(900)]
@@ -542,13 +571,19 @@ def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monke
     mgr.free(again)
     other, hit_shared, _ = _run_prompt(mgr, "c", shared, hash_block, 500)
     mgr.free(other)
+    fourth, hit_fourth, _ = _run_prompt(mgr, "d", shared[:1700] + [5] * 300, hash_block, 500)
+    mgr.free(fourth)
     if not hit_points:
-        assert hit_again == 0 and hit_shared == 0
+        assert hit_again == 0 and hit_shared == 0 and hit_fourth == 0
     else:
         assert hit_again == (len(prompt) - 1) // align * align == 2560
         # chunk ends 500, 1000, 1500 keep the windows of 0, 640, 1280: the shared 1,700 tokens hit at 1280
-        # (chunk ends that are not multiples of 640 give no hit points of their own)
-        assert hit_shared == 1280
+        # (chunk ends that are not multiples of 640 give no hit points of their own). 0.24 caches
+        # sliding-window pages sparsely (prefix_cache_retention_interval 0: the prompt's end and a
+        # shared prefix once a request has shown it), so there the first sharer misses and pins the
+        # boundary, and the next one hits.
+        sparse = getattr(conf, "prefix_cache_retention_interval", None) == 0
+        assert (hit_shared, hit_fourth) == ((0, 1280) if sparse else (1280, 1280))
         win = next(i for i, g in enumerate(conf.kv_cache_groups) if isinstance(g.kv_cache_spec, Int2WindowSpec))
         wb = sizes[0]
         need = range((hit_again - 127) // wb, hit_again // wb)

@@ -133,7 +133,8 @@ class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
                       dtype=dtype, sliding_window=self.window)
         if not window_budget_managed():
             return SlidingWindowSpec(**common)
-        return Int2WindowSpec(**common, hit_alignment=math.lcm(aphrodite_config.cache_config.block_size, block))
+        return Int2WindowSpec(**common, hit_alignment=math.lcm(aphrodite_config.cache_config.block_size, block),
+                              steps_in_flight=_steps_in_flight(aphrodite_config))
 
 
 def window_views(cache: torch.Tensor, num_kv_heads: int, head_size: int, dtype: torch.dtype,
@@ -149,7 +150,7 @@ def window_views(cache: torch.Tensor, num_kv_heads: int, head_size: int, dtype: 
     return cache[..., :head_size], cache[..., head_size:]
 
 
-# -- Block budget of the window (0.21-0.23 block manager) --------------------------------------
+# -- Block budget of the window (the engine's block manager, 0.21-0.24) --------------------------
 #
 # The engine's SlidingWindowManager gives every newly scheduled token a page, because attention
 # kernels read a chunk's own keys from the cache; it therefore budgets each request for
@@ -157,8 +158,12 @@ def window_views(cache: torch.Tensor, num_kv_heads: int, head_size: int, dtype: 
 # as ~11,600 int2 tokens), and that budget is what its capacity line and admission use. Our prefill
 # reads the chunk's keys from the activations, so only positions still inside the window after the
 # step need a page: Int2WindowManager pads the rest with the null page (their writes land there,
-# never read), and Int2WindowSpec budgets two windows per request (the one before and the one after
-# a chunk, both alive during the step).
+# never read), keeps the window of one prefix-hit point per step, and Int2WindowSpec budgets the
+# windows alive during a step (see max_admission_blocks_per_request).
+#
+# The manager API differs between 0.21-0.23 and 0.24 (an extra positional argument of
+# get_num_blocks_to_allocate; remove_skipped_blocks on the processed-token basis; managers found
+# through KVCacheSpecRegistry instead of spec_manager_map); the methods below take both.
 
 from aphrodite.utils.math_utils import cdiv  # noqa: E402
 from aphrodite.v1.core import single_type_kv_cache_manager as _stm  # noqa: E402
@@ -167,20 +172,29 @@ from aphrodite.v1.kv_cache_interface import SlidingWindowSpec  # noqa: E402
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Int2WindowSpec(SlidingWindowSpec):
-    """A sliding-window spec whose per-request budget is two windows plus one hit-point window, not
-    a window plus a chunk. hit_alignment: the engine's prefix-hit granularity, lcm(int2 block,
-    window block) (0: no hit-point pages)."""
+    """A sliding-window spec whose per-request budget is the windows alive during a step, not a
+    window plus a chunk. hit_alignment: the engine's prefix-hit granularity, lcm(int2 block,
+    window block) (0: no hit-point pages); steps_in_flight: the engine's concurrent batches (0.24's
+    async scheduling frees pages only once a step is processed)."""
     hit_alignment: int = 0
+    steps_in_flight: int = 1
 
-    def max_admission_blocks_per_request(self, max_num_batched_tokens: int, max_model_len: int) -> int:
-        live = min(self.sliding_window - 1, max_model_len)
+    def max_admission_blocks_per_request(self, *args, **kwargs) -> int:
+        """Per request: the window before the oldest step in flight, the window after each step in
+        flight, and each such step's hit-point window (1 step: 2 windows + 1 hit point).
+        (0.21 names the first argument max_num_batched_tokens, 0.24 max_in_flight_tokens; neither
+        matters here, since the chunk's own positions get no page.)"""
+        max_model_len = kwargs.get("max_model_len", args[1] if len(args) > 1 else None)
+        live = self.sliding_window - 1 if max_model_len is None else min(self.sliding_window - 1, max_model_len)
+        window = cdiv(live, self.block_size) + 1
         hit_point = cdiv(self.sliding_window - 1, self.block_size) if self.hit_alignment else 0
-        return 2 * (cdiv(live, self.block_size) + 1) + hit_point
+        steps = max(1, self.steps_in_flight)
+        return (1 + steps) * window + steps * hit_point
 
 
 class Int2WindowManager(_stm.SlidingWindowManager):
     """Pages only for positions still inside the window after the scheduled step, plus the window
-    of one prefix-cache hit point per step (0.21-0.23 API)."""
+    of one prefix-hit point per step."""
 
     def __init__(self, kv_cache_spec, **kwargs):
         super().__init__(kv_cache_spec, **kwargs)
@@ -201,17 +215,19 @@ class Int2WindowManager(_stm.SlidingWindowManager):
         return range(max(end - cdiv(self.sliding_window - 1, self.block_size), first_new), min(end, live_from))
 
     def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, total_computed_tokens,
-                                   num_tokens_main_model, apply_admission_cap=False):
+                                   *_rest, apply_admission_cap=False, **_kw):
+        # *_rest: num_tokens_main_model (0.21) or num_local_computed_tokens, num_tokens_main_model (0.24)
         required = cdiv(num_tokens, self.block_size)
         live_from = self._first_live_block(num_tokens)
+        held = len(self.req_to_blocks.get(request_id, ()))
         if request_id in self.num_cached_block:   # running: no new prefix hits
-            held = len(self.req_to_blocks[request_id])
             return max(required - max(held, live_from), 0) + len(self._hit_point_blocks(num_tokens, held, live_from))
         skipped = self.get_num_skipped_tokens(total_computed_tokens) // self.block_size
-        held = max(len(new_computed_blocks), skipped)
-        evictable = self._get_num_evictable_blocks(new_computed_blocks[skipped:])
-        return (max(required - max(held, live_from), 0) + evictable
-                + len(self._hit_point_blocks(num_tokens, held, live_from)))
+        local = len(new_computed_blocks) + held
+        evictable = self._get_num_evictable_blocks(new_computed_blocks[max(0, skipped - held):])
+        first_new = max(local, skipped)
+        return (max(required - max(first_new, live_from), 0) + evictable
+                + len(self._hit_point_blocks(num_tokens, first_new, live_from)))
 
     def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model):
         blocks = self.req_to_blocks[request_id]
@@ -219,18 +235,21 @@ class Int2WindowManager(_stm.SlidingWindowManager):
         live_from = self._first_live_block(num_tokens)
         if first_new < live_from:   # positions out of the window after this step: the null page
             keep = self._hit_point_blocks(num_tokens, first_new, live_from)
-            real = iter(self.block_pool.get_new_blocks(len(keep)))
+            pages = self.block_pool.get_new_blocks(len(keep))
+            if getattr(self, "_record_new_block_ids", False):   # 0.24: worker-side zeroing
+                self.new_block_ids.extend(b.block_id for b in pages)
+            real = iter(pages)
             blocks.extend(next(real) if i in keep else self._null_block for i in range(first_new, live_from))
         super().allocate_new_blocks(request_id, num_tokens, num_tokens_main_model)
         # every new entry, null pages included: a running request's block table on the worker is
         # extended with exactly this list, so leaving the nulls out would shift its later pages
         return blocks[first_new:]
 
-    def remove_skipped_blocks(self, request_id, total_computed_tokens):
+    def remove_skipped_blocks(self, request_id, computed_tokens, *_rest, **_kw):
         # null pages may sit between live ones (a chunk's interior), so scan from the last cut
-        # instead of stopping at the first null page as the base class does
+        # instead of stopping at the first null page as the engine's managers do
         blocks = self.req_to_blocks[request_id]
-        end = min(self.get_num_skipped_tokens(total_computed_tokens) // self.block_size, len(blocks))
+        end = min(self.get_num_skipped_tokens(computed_tokens) // self.block_size, len(blocks))
         start = self._dead_below.get(request_id, 0)
         removed = []
         for i in range(start, end):
@@ -246,24 +265,74 @@ class Int2WindowManager(_stm.SlidingWindowManager):
         super().free(request_id)
 
 
-_BASE_API = {
+# The base-class methods Int2WindowManager overrides, as each engine API names their parameters.
+_API_021 = {
     "remove_skipped_blocks": ["self", "request_id", "total_computed_tokens"],
     "allocate_new_blocks": ["self", "request_id", "num_tokens", "num_tokens_main_model"],
     "get_num_blocks_to_allocate": ["self", "request_id", "num_tokens", "new_computed_blocks",
                                    "total_computed_tokens", "num_tokens_main_model", "apply_admission_cap"],
 }
+_API_024 = {
+    "remove_skipped_blocks": ["self", "request_id", "processed_computed_tokens", "num_prompt_tokens"],
+    "allocate_new_blocks": ["self", "request_id", "num_tokens", "num_tokens_main_model"],
+    "get_num_blocks_to_allocate": ["self", "request_id", "num_tokens", "new_computed_blocks",
+                                   "total_computed_tokens", "num_local_computed_tokens", "num_tokens_main_model",
+                                   "apply_admission_cap"],
+}
+
+
+def _manager_api() -> str | None:
+    import inspect
+
+    base = _stm.SlidingWindowManager
+    for name, api in (("0.21", _API_021), ("0.24", _API_024)):
+        if all(list(inspect.signature(getattr(base, m)).parameters) == p for m, p in api.items()):
+            return name
+    return None
+
+
+def _register_0_24() -> None:
+    """0.24 finds managers through KVCacheSpecRegistry, which registers the built-in specs the
+    first time it is asked, unless something is registered already: so ours goes in right after
+    the built-ins (or at once if they are there)."""
+    from aphrodite.v1 import kv_cache_spec_registry as registry
+
+    def ours():
+        registry.KVCacheSpecRegistry.register(Int2WindowSpec, Int2WindowManager,
+                                              uniform_type_base_spec=SlidingWindowSpec)
+
+    if registry._REGISTRY_KVCACHESPEC_LIST:
+        ours()
+        return
+    builtins = _stm.register_all_kvcache_specs
+    if getattr(builtins, "_int2kv_wrapped", False):
+        return
+
+    @functools.wraps(builtins)
+    def register_all_kvcache_specs(aphrodite_config):
+        builtins(aphrodite_config)
+        ours()
+
+    register_all_kvcache_specs._int2kv_wrapped = True
+    _stm.register_all_kvcache_specs = register_all_kvcache_specs
+
+
+def _steps_in_flight(aphrodite_config) -> int:
+    """Steps whose pages the 0.24 manager still holds when it allocates the next (it frees on the
+    processed-token basis; 2 with async scheduling). 0.21-0.23 free on the scheduled basis: 1."""
+    if _manager_api() != "0.24":
+        return 1
+    return max(1, int(getattr(aphrodite_config, "max_concurrent_batches", 1)))
 
 
 @functools.lru_cache(maxsize=None)   # asked per layer at spec time; the answer is per process
 def window_budget_managed() -> bool:
-    """True when the installed block manager has the API Int2WindowManager overrides (0.21-0.23);
-    then the manager is registered for Int2WindowSpec. 0.24 rewrote its sliding-window manager:
-    there the window uses the engine's own SlidingWindowSpec and budget."""
-    import inspect
-
-    base = _stm.SlidingWindowManager
-    for name, params in _BASE_API.items():
-        if list(inspect.signature(getattr(base, name)).parameters) != params:
-            return False
-    _stm.spec_manager_map.setdefault(Int2WindowSpec, Int2WindowManager)
-    return True
+    """True when the installed block manager has an API Int2WindowManager knows (0.21-0.23 or
+    0.24); the manager is then registered for Int2WindowSpec. Otherwise the window uses the
+    engine's own SlidingWindowSpec and budget (a window plus a prefill chunk per request)."""
+    api = _manager_api()
+    if api == "0.21":
+        _stm.spec_manager_map.setdefault(Int2WindowSpec, Int2WindowManager)
+    elif api == "0.24":
+        _register_0_24()
+    return api is not None

@@ -17,9 +17,10 @@ How (each step probes before it changes anything; every wrapper carries the plug
     E. Recent window (both APIs): `Attention.__init__` of an int2 layer checks that it got our
        backend (else: a clear error, e.g. on a non-CUDA platform) and registers its
        full-precision sliding-window companion (`engine/window.py`) when
-       APHRODITE_INT2KV_RECENT_WINDOW > 0, so the engine's block manager owns the window; on the
-       0.21-0.23 block manager, `spec_manager_map` gains Int2WindowSpec -> Int2WindowManager (pages
-       only for positions inside the window after each step).
+       APHRODITE_INT2KV_RECENT_WINDOW > 0, so the engine's block manager owns the window, and
+       registers Int2WindowManager for Int2WindowSpec (`spec_manager_map` on 0.21-0.23,
+       `KVCacheSpecRegistry` on 0.24): pages only for positions inside the window after each step,
+       plus one prefix-hit point's window per step.
 Upstream PR:
     none (a new feature of this plugin).
 Remove when:
