@@ -3,12 +3,13 @@
 
   python benchmarks/window_capacity.py --out benchmarks/results/window_capacity_cpu.json
 
-Builds Qwen3-8B-shaped int2 layers (32 q / 8 KV heads, head_dim 128, int2 block 256) as a model
-would, collects the engine-facing KV specs (int2 pages + the window companions), and runs the
+Builds Qwen3-8B-shaped int2 layers (32 q / 8 KV heads, head_dim 128, int2 block 128, the default
+group size) as a model would, collects the engine-facing KV specs (int2 pages + the window companions), and runs the
 engine's `get_kv_cache_configs` + `get_max_concurrency_for_kv_cache_config` (what its "GPU KV cache
-size" line reports) against bf16 at the same memory. `budget=ours` is Int2WindowManager's
-two-window budget; `budget=engine` swaps in the engine's own SlidingWindowSpec (window + a prefill
-chunk of max_num_batched_tokens per request).
+size" line reports) against bf16 at the same memory. `budget=ours` is Int2WindowManager's budget
+(two windows and a hit point per step in flight); `budget=engine` swaps in the engine's own
+SlidingWindowSpec (window + a prefill chunk of max_num_batched_tokens per request). Rows of the
+installed engine version replace that version's rows in --out; run it with each engine's venv.
 """
 import argparse
 import dataclasses
@@ -41,6 +42,8 @@ def main():
     from aphrodite.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
     import aphrodite_int2kv_tests.test_engine_int2 as T
+    from aphrodite import __version__ as version
+    from aphrodite_int2kv.engine.backend import options as aphrodite_int2kv_options
 
     model = T._dense_long_dir(pathlib.Path(tempfile.mkdtemp()))
     L, mem, rows = 32768, 8 << 30, []
@@ -56,11 +59,12 @@ def main():
             for budget in ("ours", "engine"):
                 cfg = EngineArgs(model=model, kv_cache_dtype="int2", max_model_len=L, max_num_batched_tokens=mnbt,
                                  skip_tokenizer_init=True).create_engine_config()
-                cfg.cache_config.block_size = 256
+                cfg.cache_config.block_size = 128
                 T._build_int2_layers(cfg, 4)
                 specs = T._engine_specs(cfg)
                 if budget == "engine":
-                    specs = {n: (SlidingWindowSpec(**{f.name: getattr(s, f.name) for f in dataclasses.fields(s)})
+                    base = {f.name for f in dataclasses.fields(SlidingWindowSpec)}
+                    specs = {n: (SlidingWindowSpec(**{k: getattr(s, k) for k in base})
                                  if isinstance(s, SlidingWindowSpec) else s) for n, s in specs.items()}
                 bcfg = EngineArgs(model=model, max_model_len=L, max_num_batched_tokens=mnbt,
                                   skip_tokenizer_init=True).create_engine_config()
@@ -68,9 +72,13 @@ def main():
                           for n in specs if not n.endswith(".int2_window")}
                 ratio = tokens(cfg, specs) / tokens(bcfg, bspecs)
                 rows.append(dict(window=R, max_num_batched_tokens=mnbt, budget=budget, context_len=L,
-                                 int2_block=256, ratio_vs_bf16=round(ratio, 3), device="CPU (arithmetic only)"))
+                                 int2_block=128, group_size=aphrodite_int2kv_options().group_for(128),
+                                 ratio_vs_bf16=round(ratio, 3), engine=f"aphrodite-engine {version}",
+                                 device="CPU (arithmetic only)"))
                 print(rows[-1], flush=True)
-    json.dump(rows, open(a.out, "w"), indent=1)
+    old = json.load(open(a.out)) if os.path.exists(a.out) else []
+    old = [r for r in old if r.get("engine") not in (None, f"aphrodite-engine {version}")]
+    json.dump(old + rows, open(a.out, "w"), indent=1)
 
 
 if __name__ == "__main__":
