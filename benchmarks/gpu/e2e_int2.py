@@ -23,9 +23,26 @@ def main():
     ap.add_argument("--tp", type=int, default=1, help="tensor_parallel_size")
     ap.add_argument("--chunk", type=int, default=0,
                     help="max_num_batched_tokens: prefill the long prompts in chunks of this many tokens")
+    ap.add_argument("--blocks", type=int, default=0,
+                    help="num_gpu_blocks_override: a small KV pool, so the scheduler preempts and recomputes; "
+                         "runs the engine core in-process to count the preemptions")
     ap.add_argument("--repeat", action="store_true",
                     help="generate the prompts a second time (prefix-cache hits) and record both passes")
     a = ap.parse_args()
+    import os
+
+    preemptions = []
+    if a.blocks:
+        os.environ["APHRODITE_ENABLE_V1_MULTIPROCESSING"] = "0"   # the scheduler in this process
+        from aphrodite.v1.core.sched.scheduler import Scheduler
+
+        orig = Scheduler._preempt_request
+
+        def counted(self, request, *args, **kwargs):
+            preemptions.append(request.request_id)
+            return orig(self, request, *args, **kwargs)
+
+        Scheduler._preempt_request = counted
     from aphrodite import LLM, SamplingParams
 
     kw = dict(model=a.model, tokenizer=a.model, dtype="bfloat16", max_model_len=2048,
@@ -34,6 +51,8 @@ def main():
               max_num_seqs=8)   # 6 prompts; fewer CUDA-graph sizes to capture (start-up time on the H200)
     if a.chunk:
         kw.update(max_num_batched_tokens=a.chunk, enable_chunked_prefill=True)
+    if a.blocks:
+        kw["num_gpu_blocks_override"] = a.blocks
     if a.kv != "int2":
         kw["attention_config"] = {"backend": "TRITON_ATTN"}
     if a.lm_only:
@@ -48,10 +67,9 @@ def main():
                " ".join(f"item {i}: value {i * 7 % 101}." for i in range(150))]
     sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=1)
     outs = llm.generate(prompts, sp, use_tqdm=False)
-    import os
-
     env = {k: v for k, v in os.environ.items() if k.startswith("APHRODITE_INT2KV_")}
-    res = {"label": a.label, "kv": a.kv, "graph": a.graph, "tp": a.tp, "chunk": a.chunk, "init_s": round(init_s, 1), "env": env,
+    res = {"label": a.label, "kv": a.kv, "graph": a.graph, "tp": a.tp, "chunk": a.chunk, "blocks": a.blocks,
+           "preemptions": len(preemptions) if a.blocks else None, "init_s": round(init_s, 1), "env": env,
            "prompt_tokens": [len(o.prompt_token_ids) for o in outs],
            "tokens": [list(o.outputs[0].token_ids) for o in outs],
            "logprobs": [[round(float(next(iter(lp.values())).logprob), 4) for lp in o.outputs[0].logprobs]

@@ -48,7 +48,7 @@ def main():
         if r is None:
             out["runs"][run] = "no E2E_RESULT (see its log)"
             continue
-        out["runs"][run] = {k: r.get(k) for k in ("kv", "graph", "tp", "chunk", "init_s", "env", "prompt_tokens",
+        out["runs"][run] = {k: r.get(k) for k in ("kv", "graph", "tp", "chunk", "blocks", "preemptions", "init_s", "env", "prompt_tokens",
                                                   "repeat_cached_tokens", "repeat_agreement") if k in r}
         if b is not None and run != base:
             out["comparisons"].append(dict(run=run, vs=base, **compare(r, b)))
