@@ -333,6 +333,10 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     # (9 % of the 256 int2 pages at 32K). (0.24's own sliding-window budget, a window plus a
     # prefill chunk, gave 1.44x-3.9x: benchmarks/results/window_capacity_cpu.json.)
     assert w.max_admission_blocks_per_request(2048, 32768) == 23
+    cfg.cache_config.enable_prefix_caching = False        # no hit points to keep: 2 x 8 pages
+    off = _engine_specs(cfg)[next(iter(windows))]
+    assert off.hit_alignment == 0 and off.max_admission_blocks_per_request(2048, 32768) == 16
+    cfg.cache_config.enable_prefix_caching = True
     assert ratio == pytest.approx(SlotLayout(128, 64).ratio_vs() * 256 / (256 + 23), rel=0.01), ratio
     assert 5.0 <= ratio, ratio
 

@@ -133,8 +133,10 @@ class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
                       dtype=dtype, sliding_window=self.window)
         if not window_budget_managed():
             return SlidingWindowSpec(**common)
-        return Int2WindowSpec(**common, hit_alignment=math.lcm(aphrodite_config.cache_config.block_size, block),
-                              steps_in_flight=_steps_in_flight(aphrodite_config))
+        cache = aphrodite_config.cache_config
+        # hit points only where prefix caching is on (else they would only cost pages)
+        align = math.lcm(cache.block_size, block) if cache.enable_prefix_caching else 0
+        return Int2WindowSpec(**common, hit_alignment=align, steps_in_flight=_steps_in_flight(aphrodite_config))
 
 
 def window_views(cache: torch.Tensor, num_kv_heads: int, head_size: int, dtype: torch.dtype,
