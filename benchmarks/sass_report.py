@@ -2,10 +2,11 @@
 """SASS instruction counts of the split-KV decode kernel, compiled for sm_90 without a GPU (the
 figures in docs/benchmarks.md: instructions per loop iteration and registers per thread).
 
-  python benchmarks/sass_report.py [D G RATIO BLOCK_H BLOCK_N WARPS BLOCK_SIZE SPLITS STAGES]
+  python benchmarks/sass_report.py [D G RATIO BLOCK_H BLOCK_N WARPS BLOCK_SIZE SPLITS STAGES LLOYD]
   e.g. python benchmarks/sass_report.py 128 32 8 8 64 1 16 16 3     (the engine's launch for 32q/4kv)
 
-Needs triton 3.6.0 (the H200 image's; it bundles ptxas and cuobjdump) and torch installed locally.
+Needs triton (3.6.0 is the H200 image's; the CI venv's 3.9.0 also works, counts differ a little; it
+bundles ptxas and cuobjdump) and torch installed locally.
 """
 import collections
 import os
