@@ -325,3 +325,73 @@ def test_window_views_read_both_engine_layouts(engine):
     assert torch.equal(k1, k2) and torch.equal(v1, v2)
     assert torch.equal(k1, raw[..., :D]) and torch.equal(v2, raw[..., D:])
     assert k1.stride() == v1.stride() and k1.stride(-1) == 1     # what the kernels require
+
+
+def test_data_free_k_centering_from_each_sequences_first_keys(engine, monkeypatch):
+    """APHRODITE_INT2KV_K_CENTER_FIRST=16: K with a large per-channel constant; the prompt arrives in
+    two chunks (10 tokens, then 29 that cross position 16), then one decode. The first 16 keys are
+    stored uncentered, each sequence's offset is the mean of those 16 as the cache holds them, later
+    keys are stored as K - c, and every score gets the same -q.c: attention equals a reference built
+    from exactly those reconstructions, whose keys after the first 16 carry far less 2-bit error
+    than plain int2's."""
+    from aphrodite_int2kv.engine.backend import Int2AttentionImpl
+
+    torch.manual_seed(6)
+    T, N = 40, 16
+    c_true = 6.0 * torch.randn(HKV, D, device=DEVICE)
+    k = torch.randn(T, HKV, D, device=DEVICE) + c_true
+    v, q = torch.randn(T, HKV, D, device=DEVICE), torch.randn(T, HQ, D, device=DEVICE)
+    layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
+    L = SlotLayout(D, 32)
+    block_table = torch.tensor([[4, 1, 6, 2]], dtype=torch.int32, device=DEVICE)
+    monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", "32")
+
+    def run(first):
+        monkeypatch.setenv("APHRODITE_INT2KV_K_CENTER_FIRST", str(first))
+        impl = Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
+        cache = torch.zeros(8, BS, HKV, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
+        outs = []
+        for start, n, decodes in ((0, 10, 0), (10, T - 11, 0), (T - 1, 1, 1)):
+            sl = _slots(block_table, 0, start, n)
+            meta = _meta([start + n], [n], block_table, sl, decodes)
+            impl.do_kv_cache_update(layer, k[start:start + n].reshape(n, -1), v[start:start + n].reshape(n, -1),
+                                    engine_view(cache), sl, attn_metadata=meta)
+            out = torch.empty(n, HQ * D, device=DEVICE)
+            impl.forward(layer, q[start:start + n].reshape(n, -1), k[start:start + n].reshape(n, -1),
+                         v[start:start + n].reshape(n, -1), engine_view(cache), meta, output=out)
+            outs.append(out.view(n, HQ, D))
+        return outs
+
+    H = hadamard(D).to(DEVICE)
+    kr = R.rotate(k, H)
+    stored_first = _fq(kr[:N])
+    c = stored_first.mean(0)                                   # the offset as the cache holds it
+    kq = R.rotate(torch.cat([stored_first, _fq(kr[N:] - c) + c]), H.T)
+    vq = R.rotate(_fq(R.rotate(v, H)), H.T)
+    _, chunk2, decode = run(N)
+    torch.testing.assert_close(decode, R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1),
+                               atol=1e-4, rtol=0)
+    # the second chunk reads positions 0..9 from int2 (uncentered, -q.c) and itself exactly
+    k2 = torch.cat([kq[:10], k[10:T - 1]])
+    v2 = torch.cat([vq[:10], v[10:T - 1]])
+    torch.testing.assert_close(chunk2, R.attend(q[10:T - 1], k2, v2, D ** -0.5, causal_offset=10),
+                               atol=1e-4, rtol=0)
+    # what it buys: keys after the first 16 are stored without the constant, so their 2-bit error
+    # (after removing the score-neutral offset) is far below plain int2's
+    plain_kq = R.rotate(_fq(kr), H.T)
+    err = lambda rec: ((rec[N:] - k[N:]).norm() / (k[N:] - c_true).norm()).item()   # noqa: E731
+    assert err(kq) < 0.5 * err(plain_kq), (err(kq), err(plain_kq))
+    # and without K_CENTER_FIRST the same engine stores plain int2 (the check can fail)
+    assert not torch.allclose(run(0)[2], decode, atol=1e-3)
+
+
+def test_data_free_centering_and_an_offsets_file_are_refused_together(engine, monkeypatch, tmp_path):
+    from aphrodite_int2kv.engine.options import Int2Options
+    from aphrodite_int2kv.int2.format import Int2ConfigError
+
+    path, _ = _rotation_file(tmp_path, torch.zeros(HKV, D))
+    with pytest.raises(Int2ConfigError, match="K_CENTER_FIRST=16 and the K offsets"):
+        Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "16", "APHRODITE_INT2KV_K_ROTATION": path})
+    with pytest.raises(Int2ConfigError, match="K_CENTER_FIRST=999 must be between 0"):
+        Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "999"})
+    assert "first 16 keys" in Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "16"}).describe()

@@ -22,6 +22,7 @@ from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
 
 from aphrodite_int2kv.engine.options import Int2Options
 from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout
+from aphrodite_int2kv.int2.quantizer import decode_slots
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
@@ -246,15 +247,33 @@ def _num_sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
+def token_requests(query_start_loc, n: int) -> torch.Tensor:
+    """Request index of each of the batch's n new tokens (padded tokens past the last request count
+    as its own). Device ops only, so CUDA-graph capture records it."""
+    idx = torch.arange(n, device=query_start_loc.device, dtype=query_start_loc.dtype)
+    ends = query_start_loc[1:].contiguous()
+    return torch.searchsorted(ends, idx, right=True).clamp(max=ends.shape[0] - 1)
+
+
 def token_positions(query_start_loc, seq_lens, n: int) -> torch.Tensor:
     """Absolute position of each of the batch's n new tokens (request r's new tokens are the last
     q_len_r of its seq_len). Device ops only, so CUDA-graph capture records it; padded tokens past
     the last request continue its positions (they are never stored: slot -1)."""
     idx = torch.arange(n, device=query_start_loc.device, dtype=query_start_loc.dtype)
-    ends = query_start_loc[1:].contiguous()
-    req = torch.searchsorted(ends, idx, right=True).clamp(max=ends.shape[0] - 1)
+    req = token_requests(query_start_loc, n)
     first = seq_lens - (query_start_loc[1:] - query_start_loc[:-1])
     return first[req] + idx - query_start_loc[req]
+
+
+def sequence_centers(cache, block_table, seq_lens, layout: SlotLayout, first: int, lloyd_max=False):
+    """Data-free K offset of each request: the mean of its first `first` keys as the int2 cache
+    holds them (rotated basis) -> [B, Hkv, D] fp32; 0 for a request with fewer keys. Read from the
+    cache, so a request that reuses a cached prefix gets the same offset (docs/format.md)."""
+    pos = torch.arange(first, device=cache.device)
+    pages = block_table[:, pos // cache.shape[1]].long()               # [B, first]
+    k, _ = decode_slots(cache[pages, pos % cache.shape[1]], layout, lloyd_max)   # [B, first, Hkv, D]
+    c = k.mean(1)
+    return torch.where((seq_lens >= first)[:, None, None], c, torch.zeros_like(c))
 
 
 def _layer_metadata(layer):
@@ -366,7 +385,27 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         return torch.where(sink, k, centered), centered
 
     def _sinks(self) -> int:
-        return self.opts.k_center_skip if self._k_center is not None else 0
+        """Leading positions of each sequence stored uncentered (their scores get -q.c)."""
+        if self._k_center is not None:
+            return self.opts.k_center_skip
+        return self.opts.k_center_first
+
+    def _store_first_keys_centered(self, key, value, cache, slot_mapping, m, rk, rv, win):
+        """Data-free K centering (APHRODITE_INT2KV_K_CENTER_FIRST = N): the first N positions of each
+        sequence are stored uncentered; then each sequence's offset c is read back from the cache
+        (the mean of those N keys) and the later positions are stored as K - c."""
+        n, N = slot_mapping.shape[0], self.opts.k_center_first
+        k = rotate(key[:n].view(n, self.num_kv_heads, self.head_size), rk)
+        v = rotate(value[:n].view(n, self.num_kv_heads, self.head_size), rv).to(value.dtype).contiguous()
+        first = token_positions(m.query_start_loc, m.seq_lens, n) < N
+        store = dict(layout=self.layout, k_clip=self.opts.k_clip, v_clip=self.opts.v_clip,
+                     lloyd_max=self.opts.lloyd_max, std_range=self.opts.std_range)
+        int2_store(k.to(key.dtype).contiguous(), v, torch.where(first, slot_mapping, -1), cache, **store)
+        c = sequence_centers(cache, m.block_table, m.seq_lens, self.layout, N, self.opts.lloyd_max)
+        centered = (k - c[token_requests(m.query_start_loc, n)]).to(key.dtype).contiguous()
+        int2_store(centered, v, torch.where(first, -1, slot_mapping), cache, **store)
+        if win is not None:   # the window holds every key centered, the first N included
+            window_store(centered, v, win[2].slot_mapping[:n], win[0], win[1])
 
     def _sink_qc(self, q):
         """q . c per token and query head (fp32 [T, Hq]), c the rotated K offset of its KV head."""
@@ -380,6 +419,12 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         cache = self._cache_view(kv_cache)
         n = slot_mapping.shape[0]
         _, rk, rv = self._rotations(layer, key.device)
+        if self.opts.k_center_first:
+            m = attn_metadata if attn_metadata is not None else _layer_metadata(layer)
+            if m is not None:   # (no metadata: the profiling run, whose bytes nobody reads)
+                self._store_first_keys_centered(key, value, cache, slot_mapping, m, rk, rv,
+                                                self._window_state(layer, key.dtype))
+                return
         positions = None
         if self._sinks():
             # the sinks are stored uncentered: which new tokens are among a sequence's first ones
@@ -447,7 +492,14 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         out_rot = torch.empty_like(q)
         nd = m.num_decode_tokens
         sinks = self._sinks()
-        qc = self._sink_qc(q) if sinks else None
+        center = None                       # data-free: each token's sequence offset [n, Hkv, D]
+        if self.opts.k_center_first:
+            c = sequence_centers(cache, m.block_table, m.seq_lens, self.layout, sinks, self.opts.lloyd_max)
+            center = c[token_requests(m.query_start_loc, n)]
+            cq = center.repeat_interleave(self.num_heads // self.num_kv_heads, 1)
+            qc = (q.float() * cq).sum(-1).contiguous()
+        else:
+            qc = self._sink_qc(q) if sinks else None
         win = self._window_state(layer, query.dtype)
         if m.num_decodes:
             # The launch shape depends on the batch only, so CUDA-graph capture and replay match.
@@ -459,7 +511,11 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                         block_h=cfg.block_h, sink_qc=qc[:nd] if sinks else None, sinks=sinks,
                         window=(win[0], win[1], win[2].block_table[:m.num_decodes], self.window) if win else None)
         if m.num_prefills:
-            k = self._keys(key[nd:], n - nd, rk)[0].to(query.dtype).contiguous()
+            if center is not None:   # the chunk's own keys, centered like everything it attends to
+                k = (rotate(key[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rk)
+                     - center[nd:]).to(query.dtype).contiguous()
+            else:
+                k = self._keys(key[nd:], n - nd, rk)[0].to(query.dtype).contiguous()
             v = rotate(value[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rv).to(query.dtype).contiguous()
             qsl = m.query_start_loc[m.num_decodes:] - m.query_start_loc[m.num_decodes]
             int2_prefill(q[nd:], k, v, cache, m.block_table[m.num_decodes:], qsl.to(torch.int32),

@@ -10,6 +10,7 @@ cores and workers inherit it). Validated at start-up with errors that name the v
 | APHRODITE_INT2KV_V_CLIP | 1.0 | clip ratio for V groups |
 | APHRODITE_INT2KV_LEVELS | std | `std`: uniform levels over the group's mean +- 1.5 x 0.9957 std (+4.2 % PPL on SmolLM2 with the window; min/max +18.8 %); `minmax`: uniform over the group's min/max (the clip ratios apply); `lloyd-max`: 4 Lloyd-Max levels (+4.3 %, +18-29 % decode time) |
 | APHRODITE_INT2KV_K_CENTER_SKIP | 4 | with K offsets: the first N tokens of each sequence (attention sinks) are stored uncentered |
+| APHRODITE_INT2KV_K_CENTER_FIRST | 0 | data-free K centering: the offset of each sequence is the mean of its first N keys as the cache holds them (those N stay uncentered); 0 = off. Not with a K offsets file |
 | APHRODITE_INT2KV_RECENT_WINDOW | 128 | the last R tokens of each sequence are also kept in bf16/fp16 and read from there (0 = off) |
 """
 
@@ -38,6 +39,7 @@ class Int2Options:
     v_clip: float = 1.0
     levels: str = "std"
     k_center_skip: int = 4
+    k_center_first: int = 0
     recent_window: int = 128
 
     @classmethod
@@ -64,6 +66,7 @@ class Int2Options:
             v_clip=get("V_CLIP", 1.0, float, "a number"),
             levels=get("LEVELS", "std", str, "a level mode"),
             k_center_skip=get("K_CENTER_SKIP", 4, int, "an integer number of tokens"),
+            k_center_first=get("K_CENTER_FIRST", 0, int, "an integer number of tokens (0 = off)"),
             recent_window=get("RECENT_WINDOW", 128, int, "an integer number of tokens (0 = off)"),
         )
         opts.validate()
@@ -88,6 +91,16 @@ class Int2Options:
         if not 0 <= self.k_center_skip <= 256:
             raise Int2ConfigError(f"{PREFIX}K_CENTER_SKIP={self.k_center_skip} must be between 0 and 256 "
                                   f"tokens (4 is the measured default)")
+        if not 0 <= self.k_center_first <= 256:
+            raise Int2ConfigError(f"{PREFIX}K_CENTER_FIRST={self.k_center_first} must be between 0 (off) and 256 "
+                                  f"tokens (16 measured best on SmolLM2)")
+        if self.k_center_first and self.k_rotation not in ("hadamard", "none") and os.path.isfile(self.k_rotation):
+            from aphrodite_int2kv.int2.rotation import file_has_k_offsets
+
+            if file_has_k_offsets(self.k_rotation):
+                raise Int2ConfigError(f"{PREFIX}K_CENTER_FIRST={self.k_center_first} and the K offsets of "
+                                      f"{PREFIX}K_ROTATION={self.k_rotation!r} both center K: use one (unset "
+                                      f"K_CENTER_FIRST, or a rotation file without 'k_offset')")
         if not 0 <= self.recent_window <= 65536:
             raise Int2ConfigError(f"{PREFIX}RECENT_WINDOW={self.recent_window} must be between 0 (off) and "
                                   f"65536 tokens (128 is the measured default)")
@@ -113,7 +126,12 @@ class Int2Options:
             group = str(self.group_for(head_dim)) + (" (auto)" if self.group_size is None else "")
         else:
             group = "auto (64; 32 for head_dim 64)" if self.group_size is None else str(self.group_size)
+        if center:
+            how = f"file offsets (first {self.k_center_skip} tokens uncentered)"
+        elif self.k_center_first:
+            how = f"mean of each sequence's first {self.k_center_first} keys (data-free; those uncentered)"
+        else:
+            how = "off"
         return (f"G={group} {quant} K-rot={self.k_rotation} V-rot={self.v_rotation} "
-                f"clip K/V={self.k_clip}/{self.v_clip} K-center="
-                f"{f'file offsets (first {self.k_center_skip} tokens uncentered)' if center else 'off'} "
+                f"clip K/V={self.k_clip}/{self.v_clip} K-center={how} "
                 f"recent window={self.recent_window or 'off'}")
