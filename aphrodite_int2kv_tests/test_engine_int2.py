@@ -593,3 +593,20 @@ def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monke
         need = range((hit_again - 127) // wb, hit_again // wb)
         assert all(not groups[win][i].is_null for i in need)
     assert mgr.block_pool.get_num_free_blocks() == free0
+
+
+def test_window_budget_counts_the_steps_in_flight(registered):
+    """0.24 frees window pages only once a step is processed: with async scheduling (2 concurrent
+    batches) a request holds the window before the oldest step in flight, the window after each step
+    and each step's hit-point window."""
+    from aphrodite_int2kv.engine.window import Int2WindowSpec
+
+    common = dict(block_size=20, num_kv_heads=8, head_size=128, dtype=torch.bfloat16, sliding_window=128)
+    window, hit = -(-127 // 20) + 1, -(-127 // 20)            # 8 and 7 pages of 20 tokens
+    for steps in (1, 2, 3):
+        spec = Int2WindowSpec(**common, hit_alignment=640, steps_in_flight=steps)
+        assert spec.max_admission_blocks_per_request(max_in_flight_tokens=4096, max_model_len=32768) == \
+            (1 + steps) * window + steps * hit
+    assert Int2WindowSpec(**common).max_admission_blocks_per_request(2048, 32768) == 2 * window
+    # a max_model_len shorter than the window caps the window's pages
+    assert Int2WindowSpec(**common).max_admission_blocks_per_request(2048, 30) == 2 * (-(-30 // 20) + 1)
