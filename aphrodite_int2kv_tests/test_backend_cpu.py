@@ -123,15 +123,16 @@ def _rotation_file(tmp_path, offsets=None, per_head=False):
     return path, rot
 
 
-def _run_prefill_then_decode(impl, k, v, q):
-    """Prompt of T-1 tokens as one prefill, then decode of the last token; returns both outputs."""
+def _run_prefill_then_decode(impl, k, v, q, steps=None):
+    """Prompt of T-1 tokens as one prefill, then decode of the last token; returns both outputs.
+    `steps`: other (start, tokens, decodes) steps of the one sequence instead."""
     layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
     T = k.shape[0]
     L = SlotLayout(D, 32)
     cache = torch.zeros(8, BS, HKV, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
     block_table = torch.tensor([[4, 1, 6, 2]], dtype=torch.int32, device=DEVICE)
     outs = []
-    for start, n, decodes in ((0, T - 1, 0), (T - 1, 1, 1)):
+    for start, n, decodes in steps or ((0, T - 1, 0), (T - 1, 1, 1)):
         sl = _slots(block_table, 0, start, n)
         meta = _meta([start + n], [n], block_table, sl, decodes)
         impl.do_kv_cache_update(layer, k[start:start + n].reshape(n, -1), v[start:start + n].reshape(n, -1),
@@ -341,26 +342,12 @@ def test_data_free_k_centering_from_each_sequences_first_keys(engine, monkeypatc
     c_true = 6.0 * torch.randn(HKV, D, device=DEVICE)
     k = torch.randn(T, HKV, D, device=DEVICE) + c_true
     v, q = torch.randn(T, HKV, D, device=DEVICE), torch.randn(T, HQ, D, device=DEVICE)
-    layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
-    L = SlotLayout(D, 32)
-    block_table = torch.tensor([[4, 1, 6, 2]], dtype=torch.int32, device=DEVICE)
     monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", "32")
 
     def run(first):
         monkeypatch.setenv("APHRODITE_INT2KV_K_CENTER_FIRST", str(first))
         impl = Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
-        cache = torch.zeros(8, BS, HKV, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
-        outs = []
-        for start, n, decodes in ((0, 10, 0), (10, T - 11, 0), (T - 1, 1, 1)):
-            sl = _slots(block_table, 0, start, n)
-            meta = _meta([start + n], [n], block_table, sl, decodes)
-            impl.do_kv_cache_update(layer, k[start:start + n].reshape(n, -1), v[start:start + n].reshape(n, -1),
-                                    engine_view(cache), sl, attn_metadata=meta)
-            out = torch.empty(n, HQ * D, device=DEVICE)
-            impl.forward(layer, q[start:start + n].reshape(n, -1), k[start:start + n].reshape(n, -1),
-                         v[start:start + n].reshape(n, -1), engine_view(cache), meta, output=out)
-            outs.append(out.view(n, HQ, D))
-        return outs
+        return _run_prefill_then_decode(impl, k, v, q, steps=((0, 10, 0), (10, T - 11, 0), (T - 1, 1, 1)))
 
     H = hadamard(D).to(DEVICE)
     kr = R.rotate(k, H)
