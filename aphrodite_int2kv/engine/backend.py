@@ -370,15 +370,17 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             self._rot = (rq, rk, rv)
         return self._rot
 
-    def _keys(self, key, n, rk, positions=None):
-        """Rotated keys, centered when the K file has offsets -> (keys, all_centered). With
-        `positions`, the first k_center_skip positions of each sequence (the attention sinks) stay
-        uncentered in `keys`; `all_centered` (what the window cache and prefill chunks hold) then
-        comes from the same rotation, else it is `keys` itself."""
+    def _keys(self, key, n, rk, positions=None, center=None):
+        """Rotated keys, centered when the K file has offsets (or by `center`, per-token offsets
+        [n, Hkv, D] of data-free centering) -> (keys, all_centered). With `positions`, the first
+        k_center_skip positions of each sequence (the attention sinks) stay uncentered in `keys`;
+        `all_centered` (what the window cache and prefill chunks hold) then comes from the same
+        rotation, else it is `keys` itself."""
         k = rotate(key[:n].view(n, self.num_kv_heads, self.head_size), rk)
-        if self._k_center is None:
+        center = self._k_center if center is None else center
+        if center is None:
             return k, k
-        centered = k - self._k_center
+        centered = k - center
         if positions is None:
             return centered, centered
         sink = (positions[:n] < self.opts.k_center_skip)[:, None, None]
@@ -395,7 +397,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         sequence are stored uncentered; then each sequence's offset c is read back from the cache
         (the mean of those N keys) and the later positions are stored as K - c."""
         n, N = slot_mapping.shape[0], self.opts.k_center_first
-        k = rotate(key[:n].view(n, self.num_kv_heads, self.head_size), rk)
+        k = self._keys(key, n, rk)[0]
         v = rotate(value[:n].view(n, self.num_kv_heads, self.head_size), rv).to(value.dtype).contiguous()
         first = token_positions(m.query_start_loc, m.seq_lens, n) < N
         store = dict(layout=self.layout, k_clip=self.opts.k_clip, v_clip=self.opts.v_clip,
@@ -407,9 +409,12 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         if win is not None:   # the window holds every key centered, the first N included
             window_store(centered, v, win[2].slot_mapping[:n], win[0], win[1])
 
-    def _sink_qc(self, q):
-        """q . c per token and query head (fp32 [T, Hq]), c the rotated K offset of its KV head."""
-        return (q.float() * self._q_center[None]).sum(-1).contiguous()
+    def _sink_qc(self, q, center=None):
+        """q . c per token and query head (fp32 [T, Hq]), c the rotated K offset of its KV head:
+        the file's, or `center` [T, Hkv, D] (each token's sequence offset, data-free centering)."""
+        qcen = self._q_center[None] if center is None else \
+            center.repeat_interleave(self.num_heads // self.num_kv_heads, 1)
+        return (q.float() * qcen).sum(-1).contiguous()
 
 
 
@@ -496,10 +501,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         if self.opts.k_center_first:
             c = sequence_centers(cache, m.block_table, m.seq_lens, self.layout, sinks, self.opts.lloyd_max)
             center = c[token_requests(m.query_start_loc, n)]
-            cq = center.repeat_interleave(self.num_heads // self.num_kv_heads, 1)
-            qc = (q.float() * cq).sum(-1).contiguous()
-        else:
-            qc = self._sink_qc(q) if sinks else None
+        qc = self._sink_qc(q, center) if sinks else None
         win = self._window_state(layer, query.dtype)
         if m.num_decodes:
             # The launch shape depends on the batch only, so CUDA-graph capture and replay match.
@@ -511,11 +513,9 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                         block_h=cfg.block_h, sink_qc=qc[:nd] if sinks else None, sinks=sinks,
                         window=(win[0], win[1], win[2].block_table[:m.num_decodes], self.window) if win else None)
         if m.num_prefills:
-            if center is not None:   # the chunk's own keys, centered like everything it attends to
-                k = (rotate(key[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rk)
-                     - center[nd:]).to(query.dtype).contiguous()
-            else:
-                k = self._keys(key[nd:], n - nd, rk)[0].to(query.dtype).contiguous()
+            # the chunk's own keys, centered like everything it attends to
+            k = self._keys(key[nd:], n - nd, rk, center=None if center is None else center[nd:])[0]
+            k = k.to(query.dtype).contiguous()
             v = rotate(value[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rv).to(query.dtype).contiguous()
             qsl = m.query_start_loc[m.num_decodes:] - m.query_start_loc[m.num_decodes]
             int2_prefill(q[nd:], k, v, cache, m.block_table[m.num_decodes:], qsl.to(torch.int32),

@@ -23,11 +23,12 @@ from aphrodite_int2kv.int2.format import GROUP_SIZES, Int2ConfigError, default_g
 from aphrodite_int2kv.int2.quantizer import check_options
 
 PREFIX = "APHRODITE_INT2KV_"
+LEVELS = ("std", "minmax", "lloyd-max")
 
 
 def _group(raw: str):
+    """GROUP_SIZE: 'auto' (None: default_group_size per head_dim) or an integer."""
     return None if raw.strip().lower() == "auto" else int(raw)
-LEVELS = ("std", "minmax", "lloyd-max")
 
 
 @dataclasses.dataclass(frozen=True)

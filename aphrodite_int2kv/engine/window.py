@@ -283,7 +283,9 @@ _API_024 = {
 }
 
 
+@functools.lru_cache(maxsize=None)   # asked per layer at spec time; the answer is per process
 def _manager_api() -> str | None:
+    """Which engine manager API the installed SlidingWindowManager has ('0.21', '0.24' or None)."""
     import inspect
 
     base = _stm.SlidingWindowManager

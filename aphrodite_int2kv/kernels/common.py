@@ -26,10 +26,9 @@ from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS
 LOG2E = 1.4426950408889634
 
 # PTX for one plane, 4 codes per call. Operands: $0, $1 out (fp16 pairs: elements 0-1, 2-3);
-# $2 the 4 code bytes; $3, $4 scale pairs; $5, $6 zero pairs.
-_PLANE_ASM = """
-{{
-.reg .b32 lo, hi, m;
+# $2 the 4 code bytes; $3, $4 scale pairs; $5, $6 zero pairs. _UNPACK leaves the exact codes as
+# fp16 pairs in lo, hi (the magic-number trick of the module docstring).
+_UNPACK = """
 prmt.b32 lo, $2, 0, 0x5140;
 prmt.b32 hi, $2, 0, 0x5342;
 lop3.b32 lo, lo, {mask}, {magic}, 0xEA;
@@ -37,24 +36,16 @@ lop3.b32 hi, hi, {mask}, {magic}, 0xEA;
 mov.b32 m, {magic};
 sub.f16x2 lo, lo, m;
 sub.f16x2 hi, hi, m;
+"""
+_SCALE_ZERO = """
 fma.rn.f16x2 $0, lo, $3, $5;
 fma.rn.f16x2 $1, hi, $4, $6;
-}}
 """
-
+_PLANE_ASM = "{{\n.reg .b32 lo, hi, m;" + _UNPACK + _SCALE_ZERO + "}}\n"
 
 # Lloyd-Max: after the exact code c (fp16), level(c) = ((c3 c + c2) c + c1) c + c0, the cubic
 # through the four levels (exact at c = 0..3 up to fp16 rounding, <= 1e-3 absolute).
-_LLOYD_ASM = """
-{{
-.reg .b32 lo, hi, m, c3, c2, c1, c0;
-prmt.b32 lo, $2, 0, 0x5140;
-prmt.b32 hi, $2, 0, 0x5342;
-lop3.b32 lo, lo, {mask}, {magic}, 0xEA;
-lop3.b32 hi, hi, {mask}, {magic}, 0xEA;
-mov.b32 m, {magic};
-sub.f16x2 lo, lo, m;
-sub.f16x2 hi, hi, m;
+_LLOYD_ASM = "{{\n.reg .b32 lo, hi, m, c3, c2, c1, c0;" + _UNPACK + """
 mov.b32 c3, {c3};
 mov.b32 c2, {c2};
 mov.b32 c1, {c1};
@@ -64,11 +55,7 @@ fma.rn.f16x2 m, m, lo, c1;
 fma.rn.f16x2 lo, m, lo, c0;
 fma.rn.f16x2 m, hi, c3, c2;
 fma.rn.f16x2 m, m, hi, c1;
-fma.rn.f16x2 hi, m, hi, c0;
-fma.rn.f16x2 $0, lo, $3, $5;
-fma.rn.f16x2 $1, hi, $4, $6;
-}}
-"""
+fma.rn.f16x2 hi, m, hi, c0;""" + _SCALE_ZERO + "}}\n"
 
 
 def _f16x2(x: float) -> str:
