@@ -209,6 +209,9 @@ def main():
     ap.add_argument("--window", type=int, default=0,
                     help="issue #6: also time int2 with the last R tokens read from a bf16 window cache "
                          "and K centering (4 uncentered sinks) on; the row gets int2_window_us")
+    ap.add_argument("--sinks", type=int, default=4,
+                    help="with --window: uncentered leading positions whose scores get -q.c (4: the K "
+                         "offsets file's default skip; 16: data-free centering's usual N)")
     ap.add_argument("--window-block-size", type=int, default=48,
                     help="tokens per window page (the engine's: 48 with int2 blocks of 256, G = 32)")
     ap.add_argument("--lloyd", action="store_true",
@@ -291,9 +294,9 @@ def main():
                         wtable[:, nlog - need:] = (1 + torch.arange(B, device="cuda")[:, None] * need
                                                    + torch.arange(need, device="cuda")[None, :]).int()
                         qc = torch.randn(B, Hq, device="cuda")
-                        variants = {"sinks": dict(sink_qc=qc, sinks=4),
+                        variants = {"sinks": dict(sink_qc=qc, sinks=args.sinks),
                                     "window": dict(window=(k_win, v_win, wtable, args.window)),
-                                    "window+sinks": dict(sink_qc=qc, sinks=4, window=(k_win, v_win, wtable, args.window))}
+                                    "window+sinks": dict(sink_qc=qc, sinks=args.sinks, window=(k_win, v_win, wtable, args.window))}
                         base_us = extra.get("int2_lloyd_us", int2_us)   # the window's cost over the same levels
                         times = {}
                         for name, kw in variants.items():
@@ -307,7 +310,7 @@ def main():
                                 traceback.print_exc()
                                 times[name] = float("nan")
                         w_us = times["window+sinks"]
-                        extra.update(window=args.window, window_block_size=wbs, int2_window_us=round(w_us, 2),
+                        extra.update(window=args.window, window_block_size=wbs, sinks=args.sinks, int2_window_us=round(w_us, 2),
                                      int2_sinks_only_us=round(times["sinks"], 2),
                                      int2_window_only_us=round(times["window"], 2),
                                      window_overhead=round(w_us / base_us - 1, 3))
