@@ -334,6 +334,35 @@ def test_decode_reads_the_recent_window_in_full_precision(R, wbs):
         torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("S,R,splits", [(4, 40, 3), (20, 16, 2), (1, 70, 1), (64, 33, 5)])
+def test_decode_with_sinks_and_window_together(S, R, splits):
+    """Sinks and window in one decode (both read by the tail kernel, the splits read [S, L - R)):
+    sequences shorter than S, shorter than R, with S + R > L, with L = S + R exactly, with the int2
+    part empty, and a window spread over several tail programs (R > 32)."""
+    D, Hq, Hkv = 128, 8, 2
+    L = SlotLayout(D, 64)
+    seq_lens = [S + R, 3, S + R - 1, 200, max(1, S - 1), R + 1]
+    cache, bt, written = paged_cache(L, seq_lens, Hkv, 16)
+    k_win, v_win, wbt = window_cache(written, Hkv, D, 7)
+    c = 3.0 * torch.randn(Hkv, D, device=DEVICE)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    qc = (q * c.repeat_interleave(Hq // Hkv, 0)[None]).sum(-1)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, sink_qc=qc, sinks=S, window=(k_win, v_win, wbt, R))
+    for b, n in enumerate(seq_lens):
+        kq, vq = R_.gather_sequence(cache, bt[b], n, L)
+        cut = max(0, n - R)
+        # int2 positions < S hold uncentered keys (scores - q.c); the window holds every key centered
+        k = torch.cat([R_._center_sinks(kq[:cut], S, c), written[b][0][cut:].to(torch.bfloat16).float()])
+        v = torch.cat([vq[:cut], written[b][1][cut:].to(torch.bfloat16).float()])
+        torch.testing.assert_close(out[b:b + 1].float(), R_.attend(q[b:b + 1], k, v, D ** -0.5), atol=ATOL, rtol=0)
+    # both parts matter: without the sink correction or without the window the answer moves
+    no_sinks = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, window=(k_win, v_win, wbt, R))
+    assert (no_sinks.float() - out.float())[[0, 3]].abs().max() > 10 * ATOL
+    no_window = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, sink_qc=qc, sinks=S)
+    assert (no_window.float() - out.float()).abs().max() > 0.05
+
+
 @pytest.mark.parametrize("R", [1, 2, 33, 300])
 def test_prefill_reads_the_prefix_window_in_full_precision(R):
     """Chunks after a prefix: prefix positions >= prefix - (R - 1) come from the window cache (the

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
 from aphrodite_int2kv.int2.format import SlotLayout  # noqa: E402
-from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, pick_num_splits  # noqa: E402
+from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, pick_num_splits, tail_slots  # noqa: E402
 
 
 def log(*a):
@@ -258,8 +258,8 @@ def main():
                     cfg = decode_launch_config(B, Hkv, Hq // Hkv, D, props.multi_processor_count)
                     splits = cfg.num_splits
                     out = torch.empty_like(q)
-                    ws = (torch.empty(B * Hq * (splits + 1) * D, device="cuda"),   # room for a window split
-                          torch.empty(B * Hq * (splits + 1), device="cuda"))
+                    slots = splits + tail_slots(args.sinks, args.window)    # room for the tail's partials
+                    ws = (torch.empty(B * Hq * slots * D, device="cuda"), torch.empty(B * Hq * slots, device="cuda"))
                     fn = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                              workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
                                              num_stages=cfg.num_stages, block_h=cfg.block_h)

@@ -11,8 +11,12 @@ head's group*. Head mapping, valid for every ratio of query to KV heads:
 so a tile never straddles two KV groups (aphrodite's grouped Triton decode derives the KV head
 from the tile index alone and gets this wrong when RATIO > BLOCK_H and RATIO % BLOCK_H != 0).
 
-Stage 2 (`_int2_decode_merge_kernel`), grid (batch, num_q_heads): log-sum-exp merge of the splits.
-Queries come in, and outputs go out, in the rotated basis (the caller rotates).
+The tail (`_int2_decode_tail_kernel`), same head mapping: the positions stage 1 leaves out, the
+recent window in full precision and the uncentered K-centering sinks, in short programs of their
+own (stage 1 reads int2 positions [sinks, L - R) only, so it carries neither's code nor latency).
+
+Stage 2 (`_int2_decode_merge_kernel`), grid (batch, num_q_heads): log-sum-exp merge of the splits'
+and the tail's partial results. Queries come in, and outputs go out, in the rotated basis (the caller rotates).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels import interpreting
-from aphrodite_int2kv.kernels.common import LOG2E, dequant_plane, int2_span, load_meta, plane_meta, row_plane
+from aphrodite_int2kv.kernels.common import LOG2E, int2_span, window_span
 
 
 @triton.jit
@@ -38,8 +42,8 @@ def _int2_decode_split_kernel(
     seq_lens_ptr,                                # [B] int32
     part_out_ptr, part_lse_ptr,                  # [B, Hq, NUM_SPLITS, D] fp32, [B, Hq, NUM_SPLITS] fp32
     qk_scale,                                    # softmax scale * log2(e)
-    num_splits,                                  # runtime: one compiled kernel serves every split count
-    head_len, window_len,                        # runtime: tokens left to the tail pass (see merge)
+    num_splits, total_splits,                    # runtime: one compiled kernel serves every split count
+    head_len, window_len,                        # runtime: tokens left to the tail kernel
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
     RATIO: tl.constexpr, TILES: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -70,7 +74,7 @@ def _int2_decode_split_kernel(
     seq_len = tl.load(seq_lens_ptr + batch)
     # This launch reads int2 positions [lo, int2_len) only, divided among the splits: the first
     # head_len positions (uncentered sinks) and the last window_len (the full-precision recent
-    # window) are read by the merge kernel, so no int2 program carries their code or their latency.
+    # window) are read by the tail kernel, so no int2 program carries their code or their latency.
     int2_len = tl.maximum(seq_len - window_len, 0)
     lo = tl.minimum(head_len, int2_len)
     per_split = tl.cdiv(tl.cdiv(int2_len - lo, num_splits), BLOCK_N) * BLOCK_N
@@ -96,9 +100,115 @@ def _int2_decode_split_kernel(
         qk_scale, l_i, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
         OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0)
 
+    store_partial(part_out_ptr, part_lse_ptr, (batch * NUM_Q_HEADS + q_head) * total_splits + split,
+                  hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
+
+
+@triton.jit
+def _int2_decode_tail_kernel(
+    q_ptr, stride_qb, stride_qh,                 # [B, Hq, D] rotated queries
+    cache_u8, cache_f16, stride_cb, stride_cs, stride_ch, block_table_ptr, stride_bt,
+    seq_lens_ptr, part_out_ptr, part_lse_ptr, qk_scale,
+    num_splits, total_splits,                    # runtime: slots of the split launch / of all partials
+    head_len, window_len,
+    qc_ptr, stride_qcb,                          # [B, Hq] fp32 q.c of the uncentered sinks
+    wk_ptr, wv_ptr, stride_wb, stride_ws, stride_wh,   # recent window: paged [blocks, WBS, Hkv, D] K / V
+    wbt_ptr, stride_wbt,                         # its block table [B, max_blocks] (logical block -> page)
+    BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
+    RATIO: tl.constexpr, TILES: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
+    BLOCK_H: tl.constexpr, TAIL_N: tl.constexpr,
+    OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
+    OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
+    LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
+    DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr, WBS: tl.constexpr,
+):
+    """The *tail*: the positions the split launch leaves out, a few dozen per sequence. Grid
+    (batch, num_kv_heads * TILES, window programs [+ 1]): window program w reads the recent-window
+    positions [int2_len + w * TAIL_N, + TAIL_N) in full precision (so the window costs the latency
+    of one short tile, not of R / TAIL_N tiles in a row); the last program, when SINKS > 0, reads
+    the uncentered sinks [0, min(head_len, int2_len)) from int2 with their -q.c. Partial results go
+    to slots num_splits + program, merged with the splits' by the merge kernel."""
+    W: tl.constexpr = D // 4
+    SEG: tl.constexpr = W if G > W else G
+    NG: tl.constexpr = D // G
+    batch = tl.program_id(0)
+    kv_head = tl.program_id(1) // TILES
+    in_group = (tl.program_id(1) % TILES) * BLOCK_H + tl.arange(0, BLOCK_H)
+    q_head = kv_head * RATIO + in_group
+    hmask = in_group < RATIO
+    tail = tl.program_id(2)
+    window_programs = total_splits - num_splits - (1 if SINKS > 0 else 0)
+
+    seq_len = tl.load(seq_lens_ptr + batch)
+    int2_len = tl.maximum(seq_len - window_len, 0)
+    cols = tl.arange(0, W)
+    q_rows = q_ptr + batch * stride_qb + q_head[:, None] * stride_qh + cols[None, :]
+    q0 = tl.load(q_rows + 0 * W, mask=hmask[:, None], other=0.0).to(DOT)
+    q1 = tl.load(q_rows + 1 * W, mask=hmask[:, None], other=0.0).to(DOT)
+    q2 = tl.load(q_rows + 2 * W, mask=hmask[:, None], other=0.0).to(DOT)
+    q3 = tl.load(q_rows + 3 * W, mask=hmask[:, None], other=0.0).to(DOT)
+    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_H], tl.float32)
+    acc0 = tl.zeros([BLOCK_H, W], tl.float32)
+    acc1 = tl.zeros([BLOCK_H, W], tl.float32)
+    acc2 = tl.zeros([BLOCK_H, W], tl.float32)
+    acc3 = tl.zeros([BLOCK_H, W], tl.float32)
+    if SINKS > 0 and tail == window_programs:
+        qc = tl.load(qc_ptr + batch * stride_qcb + q_head, mask=hmask, other=0.0)
+        m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.minimum(head_len, int2_len),
+            block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
+            qk_scale, qc, BLOCK_SIZE, BLOCK_H, TAIL_N, W, G, NG, SEG,
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+    else:
+        # the last window program takes whatever is left (robust to any R / TAIL_N)
+        lo = int2_len + tail * TAIL_N
+        hi = seq_len if tail == window_programs - 1 else tl.minimum(lo + TAIL_N, seq_len)
+        m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi,
+            wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
+            qk_scale, WBS, BLOCK_H, TAIL_N, W, DOT)
+    store_partial(part_out_ptr, part_lse_ptr, (batch * NUM_Q_HEADS + q_head) * total_splits + num_splits + tail,
+                  hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
+
+
+@triton.jit
+def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, total_splits, out_ptr, stride_ob, stride_oh,
+                              NUM_Q_HEADS: tl.constexpr, D: tl.constexpr, CHUNK: tl.constexpr):
+    """Grid (batch, num_q_heads): log-sum-exp merge of a row's partial results (splits and tail),
+    CHUNK slots at a time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2(l_i), so it
+    enters the running softmax state with weight exp2(lse_i - m))."""
+    batch = tl.program_id(0)
+    head = tl.program_id(1)
+    dims = tl.arange(0, D)
+    row = (batch * NUM_Q_HEADS + head) * total_splits
+    m = tl.full([], float("-inf"), tl.float32)
+    l = tl.zeros([], tl.float32)
+    acc = tl.zeros([D], tl.float32)
+    for c0 in range(0, total_splits, CHUNK):
+        slots = c0 + tl.arange(0, CHUNK)
+        smask = slots < total_splits
+        lse = tl.load(part_lse_ptr + row + slots, mask=smask, other=float("-inf"))
+        m_new = tl.maximum(m, tl.max(lse, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_safe)
+        w = tl.exp2(lse - m_safe)
+        parts = tl.load(part_out_ptr + (row + slots)[:, None] * D + dims[None, :], mask=smask[:, None], other=0.0)
+        acc = acc * alpha + tl.sum(parts * w[:, None], axis=0)
+        l = l * alpha + tl.sum(w, axis=0)
+        m = m_new
+    out = acc / tl.where(l > 0, l, 1.0)                # a sequence of length 0: all slots empty, zeros
+    tl.store(out_ptr + batch * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
+
+
+@triton.jit
+def store_partial(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, acc0, acc1, acc2, acc3,
+                  D: tl.constexpr, W: tl.constexpr):
+    """Write one program's partial result to slot rows `row` [BLOCK_H]: the normalized output and
+    the log2-sum-exp (-inf, zeros where the program saw no token)."""
+    cols = tl.arange(0, W)
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
-    row = (batch * NUM_Q_HEADS + q_head) * num_splits + split
     out_rows = part_out_ptr + row[:, None] * D + cols[None, :]
     tl.store(out_rows + 0 * W, acc0 * inv_l[:, None], mask=hmask[:, None])
     tl.store(out_rows + 1 * W, acc1 * inv_l[:, None], mask=hmask[:, None])
@@ -106,135 +216,6 @@ def _int2_decode_split_kernel(
     tl.store(out_rows + 3 * W, acc3 * inv_l[:, None], mask=hmask[:, None])
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     tl.store(part_lse_ptr + row, lse, mask=hmask)
-
-
-@triton.jit
-def _int2_decode_merge_kernel(
-    part_out_ptr, part_lse_ptr, num_splits,      # the split launch's partial results
-    out_ptr, stride_ob, stride_oh,               # [B, Hq, D] output (rotated basis)
-    q_ptr, stride_qb, stride_qh, seq_lens_ptr, qk_scale,
-    head_len, window_len,                        # runtime: the tail's two parts (split kernel)
-    cache_u8, cache_f16, stride_cb, stride_cs, stride_ch, block_table_ptr, stride_bt,
-    qc_ptr, stride_qcb,                          # [B, Hq] fp32 q.c of the uncentered sinks
-    wk_ptr, wv_ptr, stride_wb, stride_ws, stride_wh, wbt_ptr, stride_wbt,   # the recent window
-    NUM_Q_HEADS: tl.constexpr, RATIO: tl.constexpr, D: tl.constexpr, BLOCK_SIZE: tl.constexpr,
-    G: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
-    OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-    LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
-    SINKS: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr, TAIL_N: tl.constexpr,
-    SPLIT_CHUNK: tl.constexpr,
-):
-    """Grid (batch, num_q_heads). One query row: first the *tail* -- the uncentered sinks
-    (positions [0, min(head_len, int2_len)) from int2, score - q.c) and the recent window
-    (positions [int2_len, seq_len) from the full-precision pages) -- on CUDA cores, then a
-    log-sum-exp merge of the splits into the same running state. Both tails are a few dozen
-    tokens: here they cost one short pass of an already serial kernel instead of a launch."""
-    W: tl.constexpr = D // 4
-    SEG: tl.constexpr = W if G > W else G
-    NG: tl.constexpr = D // G
-    batch = tl.program_id(0)
-    head = tl.program_id(1)
-    cols = tl.arange(0, W)
-
-    m = tl.full([], float("-inf"), tl.float32)
-    l = tl.zeros([], tl.float32)
-    a0 = tl.zeros([W], tl.float32)
-    a1 = tl.zeros([W], tl.float32)
-    a2 = tl.zeros([W], tl.float32)
-    a3 = tl.zeros([W], tl.float32)
-    if SINKS > 0 or WINDOW:
-        kv_head = head // RATIO
-        seq_len = tl.load(seq_lens_ptr + batch)
-        int2_len = tl.maximum(seq_len - window_len, 0)
-        q_row = q_ptr + batch * stride_qb + head * stride_qh + cols
-        q0 = tl.load(q_row + 0 * W).to(tl.float32)
-        q1 = tl.load(q_row + 1 * W).to(tl.float32)
-        q2 = tl.load(q_row + 2 * W).to(tl.float32)
-        q3 = tl.load(q_row + 3 * W).to(tl.float32)
-        if SINKS > 0:
-            qc = tl.load(qc_ptr + batch * stride_qcb + head)
-            sink_len = tl.minimum(head_len, int2_len)
-            for n0 in range(0, sink_len, TAIL_N):
-                tok = n0 + tl.arange(0, TAIL_N)
-                nmask = tok < sink_len
-                page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=nmask, other=0)
-                slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + kv_head * stride_ch
-                kb = tl.load(cache_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
-                vb = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
-                meta = cache_f16 + slot // 2
-                ks = load_meta(meta, nmask, OFF_KS, NG)
-                kz = load_meta(meta, nmask, OFF_KZ, NG)
-                vs = load_meta(meta, nmask, OFF_VS, NG)
-                vz = load_meta(meta, nmask, OFF_VZ, NG)
-                s = tl.sum(_plane(kb, 0, ks, kz, TAIL_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3) * q0[None, :], 1)
-                s += tl.sum(_plane(kb, 1, ks, kz, TAIL_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3) * q1[None, :], 1)
-                s += tl.sum(_plane(kb, 2, ks, kz, TAIL_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3) * q2[None, :], 1)
-                s += tl.sum(_plane(kb, 3, ks, kz, TAIL_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3) * q3[None, :], 1)
-                s = tl.where(nmask, (s - qc) * qk_scale, float("-inf"))
-                m, l, alpha, p = _row_softmax_step(m, l, s)
-                a0 = a0 * alpha + tl.sum(p[:, None] * _plane(vb, 0, vs, vz, TAIL_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3), 0)
-                a1 = a1 * alpha + tl.sum(p[:, None] * _plane(vb, 1, vs, vz, TAIL_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3), 0)
-                a2 = a2 * alpha + tl.sum(p[:, None] * _plane(vb, 2, vs, vz, TAIL_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3), 0)
-                a3 = a3 * alpha + tl.sum(p[:, None] * _plane(vb, 3, vs, vz, TAIL_N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3), 0)
-        if WINDOW:
-            for n0 in range(int2_len, seq_len, TAIL_N):
-                tok = n0 + tl.arange(0, TAIL_N)
-                nmask = tok < seq_len
-                page = tl.load(wbt_ptr + batch * stride_wbt + tok // WBS, mask=nmask, other=0)
-                rows = page.to(tl.int64) * stride_wb + (tok % WBS) * stride_ws + kv_head * stride_wh
-                k_rows = wk_ptr + rows
-                v_rows = wv_ptr + rows
-                s = tl.sum(row_plane(k_rows, 0, nmask, W, tl.float32) * q0[None, :], 1)
-                s += tl.sum(row_plane(k_rows, 1, nmask, W, tl.float32) * q1[None, :], 1)
-                s += tl.sum(row_plane(k_rows, 2, nmask, W, tl.float32) * q2[None, :], 1)
-                s += tl.sum(row_plane(k_rows, 3, nmask, W, tl.float32) * q3[None, :], 1)
-                s = tl.where(nmask, s * qk_scale, float("-inf"))
-                m, l, alpha, p = _row_softmax_step(m, l, s)
-                a0 = a0 * alpha + tl.sum(p[:, None] * row_plane(v_rows, 0, nmask, W, tl.float32), 0)
-                a1 = a1 * alpha + tl.sum(p[:, None] * row_plane(v_rows, 1, nmask, W, tl.float32), 0)
-                a2 = a2 * alpha + tl.sum(p[:, None] * row_plane(v_rows, 2, nmask, W, tl.float32), 0)
-                a3 = a3 * alpha + tl.sum(p[:, None] * row_plane(v_rows, 3, nmask, W, tl.float32), 0)
-
-    # the splits: split i holds out_i = acc_i / l_i and lse_i = m_i + log2(l_i), i.e. the same
-    # running state as the tail's with weight exp2(lse_i - m) per normalized row
-    row = (batch * NUM_Q_HEADS + head) * num_splits
-    for c0 in range(0, num_splits, SPLIT_CHUNK):
-        splits = c0 + tl.arange(0, SPLIT_CHUNK)
-        smask = splits < num_splits
-        lse = tl.load(part_lse_ptr + row + splits, mask=smask, other=float("-inf"))
-        m, l, alpha, w = _row_softmax_step(m, l, lse)
-        parts = part_out_ptr + (row + splits)[:, None] * D + cols[None, :]
-        a0 = a0 * alpha + tl.sum(w[:, None] * tl.load(parts + 0 * W, mask=smask[:, None], other=0.0), 0)
-        a1 = a1 * alpha + tl.sum(w[:, None] * tl.load(parts + 1 * W, mask=smask[:, None], other=0.0), 0)
-        a2 = a2 * alpha + tl.sum(w[:, None] * tl.load(parts + 2 * W, mask=smask[:, None], other=0.0), 0)
-        a3 = a3 * alpha + tl.sum(w[:, None] * tl.load(parts + 3 * W, mask=smask[:, None], other=0.0), 0)
-
-    inv_l = tl.where(l > 0, 1.0 / tl.where(l > 0, l, 1.0), 0.0)    # a sequence of length 0: zeros
-    o_row = out_ptr + batch * stride_ob + head * stride_oh + cols
-    tl.store(o_row + 0 * W, (a0 * inv_l).to(out_ptr.dtype.element_ty))
-    tl.store(o_row + 1 * W, (a1 * inv_l).to(out_ptr.dtype.element_ty))
-    tl.store(o_row + 2 * W, (a2 * inv_l).to(out_ptr.dtype.element_ty))
-    tl.store(o_row + 3 * W, (a3 * inv_l).to(out_ptr.dtype.element_ty))
-
-
-@triton.jit
-def _plane(codes, P: tl.constexpr, scale, zero, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
-           NG: tl.constexpr, SEG: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr,
-           L2: tl.constexpr, L3: tl.constexpr):
-    """Plane P of a tail tile's codes [N, W] dequantized in fp32 (the tail is a few tokens: plain
-    shifts and conversions are fine here)."""
-    return dequant_plane(codes, P, plane_meta(scale, P, N, W, G, NG, SEG), plane_meta(zero, P, N, W, G, NG, SEG),
-                         LLOYD, L0, L1, L2, L3, tl.float32, False)
-
-
-@triton.jit
-def _row_softmax_step(m, l, s):
-    """softmax_step for one query row: scalar running max m and sum l, scores s [N]."""
-    m_new = tl.maximum(m, tl.max(s, axis=0))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m - m_safe)
-    p = tl.exp2(s - m_safe)
-    return m_new, l * alpha + tl.sum(p, axis=0), alpha, p
 
 
 def dot_dtype(activation_dtype: torch.dtype):
@@ -289,6 +270,14 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     return DecodeLaunch(splits, 64, 2, 3, block_h)
 
 
+TAIL_N = 32     # window tokens per tail program (and the sinks' tile)
+
+
+def tail_slots(sinks: int, window_len: int) -> int:
+    """Partial-result slots the tail kernel adds after the splits' (see int2_decode)."""
+    return -(-window_len // TAIL_N) + (1 if sinks else 0)
+
+
 def _window_args(window, like):
     """Kernel arguments of the recent-window cache (placeholders when there is none)."""
     if not window:
@@ -310,14 +299,14 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     (page ids); seq_lens [B] int32, the number of cached tokens to attend (current token included).
     `num_splits` is fixed by the caller so grids are identical between CUDA-graph capture and replay;
     `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated buffers, optional
-    (S = num_splits).
+    (S = num_splits + tail_slots(sinks, window)).
     K centering: with `sinks` > 0, positions < sinks hold uncentered keys and `sink_qc` [B, Hq]
     (fp32, q_rot . c_rot of the query's KV head) is subtracted from their scores.
     Recent window: `window` = (k_win, v_win [blocks, window_block_size, Hkv, D] in the same rotated
     (and centered) basis, window_block_table [B, max_blocks] int32, R): the last R tokens of each
     sequence are read there in full precision.
-    The `num_splits` int2 splits read positions [sinks, L - R); the merge kernel reads the sinks
-    and the window (the *tail*, a few dozen tokens per sequence) before merging the splits.
+    The `num_splits` int2 splits read positions [sinks, L - R); the tail kernel reads the sinks
+    (one program) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
     B, Hq, D = q_rot.shape
     Hkv = kv_cache.shape[2]
@@ -334,12 +323,15 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     grid_heads = triton.cdiv(Hq, min(block_h, ratio)) if _upstream_head_map else Hkv * tiles
     if out is None:
         out = torch.empty_like(q_rot)
+    # the tail's partial results take slots after the splits' (tail kernel)
+    tail_programs = tail_slots(sinks, int(window[3]) if window else 0)
+    total_splits = num_splits + tail_programs
     if workspace is None:
-        part_out = torch.empty(B * Hq * num_splits * D, dtype=torch.float32, device=q_rot.device)
-        part_lse = torch.empty(B * Hq * num_splits, dtype=torch.float32, device=q_rot.device)
+        part_out = torch.empty(B * Hq * total_splits * D, dtype=torch.float32, device=q_rot.device)
+        part_lse = torch.empty(B * Hq * total_splits, dtype=torch.float32, device=q_rot.device)
     else:
         part_out, part_lse = workspace
-        assert part_lse.numel() >= B * Hq * num_splits and part_out.numel() >= B * Hq * num_splits * D
+        assert part_lse.numel() >= B * Hq * total_splits and part_out.numel() >= B * Hq * total_splits * D
     lv = LLOYD_MAX_LEVELS
     levels = dict(LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3])
     offsets = dict(OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
@@ -347,20 +339,21 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     window_len = int(window[3]) if window else 0
     cache_args = (kv_cache, kv_cache.view(torch.float16), kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
                   block_table, block_table.stride(0))
+    heads = dict(BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size, RATIO=ratio, TILES=tiles, NUM_Q_HEADS=Hq,
+                 BLOCK_H=block_h, **offsets, **levels, DOT=dot_dtype(q_rot.dtype), FAST=not interpreting())
     _int2_decode_split_kernel[(B, grid_heads, num_splits)](
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
-        part_out, part_lse, sm_scale * LOG2E, num_splits, int(sinks), window_len,
-        BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size,
-        RATIO=ratio, TILES=tiles, NUM_Q_HEADS=Hq, BLOCK_H=block_h, BLOCK_N=block_n, **offsets, **levels,
-        DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), UPSTREAM_HEAD_MAP=_upstream_head_map,
+        part_out, part_lse, sm_scale * LOG2E, num_splits, total_splits, int(sinks), window_len,
+        BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}))
+    if tail_programs:
+        _int2_decode_tail_kernel[(B, grid_heads, tail_programs)](
+            q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
+            part_out, part_lse, sm_scale * LOG2E, num_splits, total_splits, int(sinks), window_len,
+            sink_qc if sinks else part_lse, sink_qc.stride(0) if sinks else 0, *_window_args(window, q_rot),
+            TAIL_N=TAIL_N, SINKS=int(sinks), WBS=window[0].shape[1] if window else 16, **heads,
+            num_warps=4)   # one short tile: 4 warps keep it free of spills and load it in parallel
     _int2_decode_merge_kernel[(B, Hq)](
-        part_out, part_lse, num_splits, out, out.stride(0), out.stride(1),
-        q_rot, q_rot.stride(0), q_rot.stride(1), seq_lens, sm_scale * LOG2E, int(sinks), window_len,
-        *cache_args, sink_qc if sinks else part_lse, sink_qc.stride(0) if sinks else 0,
-        *_window_args(window, q_rot),
-        NUM_Q_HEADS=Hq, RATIO=ratio, D=D, BLOCK_SIZE=kv_cache.shape[1], G=layout.group_size, **offsets, **levels,
-        SINKS=int(sinks), WINDOW=bool(window), WBS=window[0].shape[1] if window else 16,
-        TAIL_N=max(16, 4096 // D), SPLIT_CHUNK=max(16, 8192 // D), num_warps=4,
-    )
+        part_out, part_lse, total_splits, out, out.stride(0), out.stride(1),
+        NUM_Q_HEADS=Hq, D=D, CHUNK=min(triton.next_power_of_2(total_splits), max(16, 16384 // D)))
     return out

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200 call (nvidia-h200), session 6: sinks and recent window read by the merge kernel (the
+# H200 call (nvidia-h200), session 6: sinks and recent window read by the tail kernel (the
 # "tail"; was: the window by its own launch, the sinks by a second loop in split 0): kernel tests
 # with real compilation, then the window + sinks cost at 32K and 128K as CUDA-graph replays
 # (the same command as session 5's run_s5_decode.sh first part, plus 16 sinks and head_dim 256).
