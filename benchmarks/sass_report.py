@@ -34,7 +34,7 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
     for k in cx: sig[k] = "constexpr"
     src = ASTSource(fn=dec._int2_decode_split_kernel, signature=sig, constexprs={(list(sig).index(k),): v for k, v in cx.items()},
                     attrs={(list(sig).index(k),): [["tt.divisibility", 16]] for k in ("q_ptr","stride_qb","stride_qh","cache_u8","cache_f16","stride_cb","stride_cs","stride_ch","block_table_ptr","seq_lens_ptr","part_out_ptr","part_lse_ptr")})
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages, **({"maxnreg": int(os.environ["MAXNREG"])} if os.environ.get("MAXNREG") else {})})
 
 def report(ck):
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")

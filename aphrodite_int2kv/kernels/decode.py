@@ -292,7 +292,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 out: torch.Tensor | None = None, lloyd_max: bool = False,
                 workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
                 block_n: int = 64, num_warps: int = 4, num_stages: int | None = None, block_h: int | None = None,
-                sink_qc: torch.Tensor | None = None, sinks: int = 0, window=None, _upstream_head_map: bool = False) -> torch.Tensor:
+                sink_qc: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
+                _upstream_head_map: bool = False) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -345,7 +346,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
         part_out, part_lse, sm_scale * LOG2E, num_splits, total_splits, int(sinks), window_len,
         BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, **heads,
-        num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}))
+        num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
+        **({} if maxnreg is None else {"maxnreg": maxnreg}))
     if tail_programs:
         _int2_decode_tail_kernel[(B, grid_heads, tail_programs)](
             q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
