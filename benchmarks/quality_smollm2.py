@@ -145,6 +145,10 @@ def main():
         schemes += [Scheme(f"int2 hadamard G32 std-range sink0 recent128 K-mean of first {n} (from int2), first {n} "
                            f"uncentered", "int2", group_size=32, std_range=True, center=True, center_skip=n,
                            center_from_cache=True, recent=128) for n in (16, 32)]
+    if "datafree-g64" in parts:   # the data-free offset at the engine's default G = 64 (session 6)
+        schemes += [Scheme(f"int2 hadamard G64 std-range sink0 recent128 K-mean of first {n} (from int2), first {n} "
+                           f"uncentered", "int2", group_size=64, std_range=True, center=True, center_skip=n,
+                           center_from_cache=True, recent=128) for n in (16,)]
     if "calibrated-skip" in parts:
         k, v = os.path.join(a.calibrated, "k_rotation.pt"), os.path.join(a.calibrated, "v_rotation.pt")
         schemes += [Scheme(f"int2 calibrated G32 sink0 recent{r} K-offset, first 4 uncentered", "int2",

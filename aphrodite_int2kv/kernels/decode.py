@@ -252,22 +252,28 @@ class DecodeLaunch:
 @functools.lru_cache(maxsize=1024)      # called per layer and step with a handful of distinct shapes
 def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: int,
                          num_sms: int = 132, max_seq_len: int | None = None) -> DecodeLaunch:
-    """Launch shape of the split-KV decode, from the H200 sweep in benchmarks/results/
-    (decode_tune_h200.log): one-warp programs (no cross-warp softmax reductions) and about 16
-    programs per multiprocessor win at head_dim <= 128; head_dim 256 prefers two warps.
+    """Launch shape of the split-KV decode, from the H200 sweeps in benchmarks/results/
+    (decode_tune_h200.log, session6/decode_tune_h200.log): one-warp programs (no cross-warp
+    softmax reductions) of 64 tokens at head_dim <= 128, of 32 tokens at head_dim 256 (17 % faster
+    than two-warp programs of 64 there). At 255 registers 8 one-warp programs fit on a
+    multiprocessor; the split count gives 16 programs per multiprocessor at head_dim <= 128 (two
+    waves, which balance ragged sequence lengths) and 8 at head_dim 256, *rounded down*: a grid
+    just past a whole number of waves pays a whole extra program time (17 splits at batch 32 with
+    4 KV heads cost 13 % over 16 once the lengths divided evenly).
     Depends only on the batch and head shapes (not on sequence lengths) unless max_seq_len is
     given, so a CUDA graph captured for a batch size replays the same grid; each program then
     divides its sequence's actual length by the split count."""
     block_h = block_h_for(ratio)
     tiles = -(-ratio // block_h)
     programs_per_split = max(1, batch * num_kv_heads * tiles)
-    splits = -(-16 * num_sms // programs_per_split)
+    per_sm = 16 if head_dim <= 128 else 8
+    splits = per_sm * num_sms // programs_per_split
     if max_seq_len is not None:
         splits = min(splits, max(1, max_seq_len // 256))
     splits = max(1, min(splits, 256))
     if head_dim <= 128:
         return DecodeLaunch(splits, 64, 1, 3, block_h)
-    return DecodeLaunch(splits, 64, 2, 3, block_h)
+    return DecodeLaunch(splits, 32, 1, 3, block_h)
 
 
 TAIL_N = 32     # window tokens per tail program (and the sinks' tile)
