@@ -145,6 +145,108 @@ def test_decode_launch_config_depends_on_batch_only():
     assert decode_launch_config(512, 8, 8, 128).num_splits == 1
 
 
+KERNELS = {"decode": ("_int2_decode_split_kernel", "_int2_decode_tail_kernel", "_int2_decode_merge_kernel"),
+           "prefill": ("_int2_prefill_kernel",)}
+
+
+def _not_specialized():
+    """Each kernel's do_not_specialize and do_not_specialize_on_alignment names, read from a process
+    without TRITON_INTERPRET (the interpreter drops the decorator's arguments; importing needs no GPU)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = ("import json, importlib; out = {}\n"
+            f"for mod, names in {KERNELS!r}.items():\n"
+            "    m = importlib.import_module('aphrodite_int2kv.kernels.' + mod)\n"
+            "    for n in names: k = getattr(m, n); out[n] = [list(k.do_not_specialize), "
+            "list(k.do_not_specialize_on_alignment)]\n"
+            "print(json.dumps(out))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+class _VariantRecorder:
+    """Stands in for a kernel and records the key Triton compiles a variant for: the constexpr
+    arguments, and, unless excluded by the decorator, each integer's (== 1, multiple of 16) and
+    each tensor's 16-byte alignment."""
+
+    def __init__(self, name, kernel, excluded, keys):
+        import inspect
+
+        self.name, self.params = name, list(inspect.signature(kernel.fn).parameters)
+        self.no_int, self.no_align = excluded[name]
+        self.keys = keys
+
+    def __getitem__(self, grid):
+        def launch(*args, **kw):
+            key = []
+            for n, a in zip(self.params, args):
+                if isinstance(a, int) and not isinstance(a, bool) and n not in self.no_int:
+                    key.append((n, a == 1, a % 16 == 0))
+                elif isinstance(a, torch.Tensor) and n not in self.no_align:
+                    key.append((n, a.data_ptr() % 16 == 0))
+            self.keys.setdefault(self.name, set()).add((tuple(key), tuple(sorted((k, str(v)) for k, v in kw.items()))))
+        return launch
+
+
+def test_decode_compiles_one_variant_for_every_batch_size(monkeypatch):
+    """The engine decodes batch sizes that no CUDA-graph capture warmed up (mixed prefill + decode
+    steps run attention eagerly): a kernel variant that depends on the batch size is compiled there,
+    in the serving path (session 6 measured a 2-3 s stall in the first decode pass). The variant key
+    -- constexpr arguments plus Triton's specialization of every specialized integer argument (== 1,
+    multiple of 16) -- must be the same for batch sizes 1..40 (before: 6 and 16 made new ones)."""
+    from aphrodite_int2kv.kernels import decode as dec
+
+    excluded = _not_specialized()
+    keys = {}
+    for name in KERNELS["decode"]:
+        monkeypatch.setattr(dec, name, _VariantRecorder(name, getattr(dec, name), excluded, keys))
+    D, Hq, Hkv = 128, 32, 8
+    L = SlotLayout(D, 64)
+    cache = torch.zeros(4, 128, Hkv, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
+    k_win = torch.zeros(4, 20, Hkv, D, dtype=torch.bfloat16, device=DEVICE)
+    for B in range(1, 41):
+        cfg = decode_launch_config(B, Hkv, Hq // Hkv, D, 132)
+        q = torch.zeros(B, Hq, D, device=DEVICE)
+        bt = torch.zeros(B, 300, dtype=torch.int32, device=DEVICE)
+        sl = torch.ones(B, dtype=torch.int32, device=DEVICE)
+        int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                    num_stages=cfg.num_stages, block_h=cfg.block_h, sink_qc=torch.zeros(B, Hq, device=DEVICE),
+                    sinks=16, window=(k_win, k_win, torch.zeros(B, 1700, dtype=torch.int32, device=DEVICE), 128))
+    assert set(keys) == set(KERNELS["decode"])
+    for name, variants in keys.items():
+        assert len(variants) == 1, f"{name}: {len(variants)} compiled variants over batch sizes 1..40"
+
+
+def test_prefill_compiles_one_variant_for_every_decode_count(monkeypatch):
+    """The backend hands the prefill kernel its per-request tensors sliced after the step's decodes
+    (block_table[nd:], seq_lens[nd:], q.c[nd:], the window table[nd:]): one compiled variant for any
+    number of decodes nd (before: one per alignment class of those addresses)."""
+    from aphrodite_int2kv.kernels import prefill as pre
+
+    excluded = _not_specialized()
+    keys = {}
+    monkeypatch.setattr(pre, "_int2_prefill_kernel",
+                        _VariantRecorder("_int2_prefill_kernel", pre._int2_prefill_kernel, excluded, keys))
+    D, Hq, Hkv, n = 128, 6, 2, 20
+    L = SlotLayout(D, 64)
+    cache = torch.zeros(4, 128, Hkv, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
+    k_win = torch.zeros(4, 20, Hkv, D, dtype=torch.bfloat16, device=DEVICE)
+    q = torch.zeros(n, Hq, D, device=DEVICE)
+    bt, wbt = torch.zeros(n, 7, dtype=torch.int32, device=DEVICE), torch.zeros(n, 11, dtype=torch.int32, device=DEVICE)
+    sl, qc = torch.ones(n, dtype=torch.int32, device=DEVICE), torch.zeros(n, Hq, device=DEVICE)
+    for nd in range(0, 12):
+        T = n - nd
+        qsl = torch.arange(T + 1, dtype=torch.int32, device=DEVICE)
+        kv = torch.zeros(T, Hkv, D, device=DEVICE)
+        int2_prefill(q[nd:], kv, kv, cache, bt[nd:], qsl, sl[nd:], 1, L, D ** -0.5, sink_qc=qc[nd:], sinks=4,
+                     window=(k_win, k_win, wbt[nd:], 128))
+    assert len(keys["_int2_prefill_kernel"]) == 1, f"{len(keys['_int2_prefill_kernel'])} compiled variants"
+
+
 @pytest.mark.parametrize("lloyd", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
 def test_decode_half_precision_and_lloyd(lloyd, dtype):

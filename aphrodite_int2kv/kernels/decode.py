@@ -33,7 +33,15 @@ from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.common import LOG2E, int2_span, window_span
 
 
-@triton.jit
+# Integer arguments that follow the batch size (split and slot counts) or the configuration are
+# not specialized: Triton would otherwise compile a new variant whenever one of them happens to be
+# 1 or a multiple of 16, i.e. at the first decode of some batch size, which in the engine is often a
+# mixed prefill + decode step that no CUDA-graph capture warmed up (session 6: a 2-3 s stall in the
+# first decode pass after start-up, benchmarks/results/session6/e2e_dense8b_int2_new.jsonl).
+_RUNTIME_INTS = ["num_splits", "total_splits", "head_len", "window_len"]
+
+
+@triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _int2_decode_split_kernel(
     q_ptr, stride_qb, stride_qh,                 # [B, Hq, D] rotated queries
     cache_u8, cache_f16,                         # paged cache, uint8 and fp16 views
@@ -104,7 +112,7 @@ def _int2_decode_split_kernel(
                   hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _int2_decode_tail_kernel(
     q_ptr, stride_qb, stride_qh,                 # [B, Hq, D] rotated queries
     cache_u8, cache_f16, stride_cb, stride_cs, stride_ch, block_table_ptr, stride_bt,
@@ -172,7 +180,7 @@ def _int2_decode_tail_kernel(
                   hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["total_splits"])
 def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, total_splits, out_ptr, stride_ob, stride_oh,
                               NUM_Q_HEADS: tl.constexpr, D: tl.constexpr, CHUNK: tl.constexpr):
     """Grid (batch, num_q_heads): log-sum-exp merge of a row's partial results (splits and tail),
@@ -363,5 +371,5 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
             num_warps=4)   # one short tile: 4 warps keep it free of spills and load it in parallel
     _int2_decode_merge_kernel[(B, Hq)](
         part_out, part_lse, total_splits, out, out.stride(0), out.stride(1),
-        NUM_Q_HEADS=Hq, D=D, CHUNK=min(triton.next_power_of_2(total_splits), max(16, 16384 // D)))
+        NUM_Q_HEADS=Hq, D=D, CHUNK=max(16, 16384 // D))   # fixed per head_dim: no variant per batch size
     return out

@@ -19,7 +19,11 @@ from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype
 
 
-@triton.jit
+# The engine passes its per-request tensors sliced after the decodes (seq_lens[num_decodes:], ...):
+# their addresses' 16-byte alignment follows the number of decodes in the step, so Triton would
+# compile a variant per alignment class in the serving path. Gathered one element at a time here,
+# they gain nothing from it (see decode.py, _RUNTIME_INTS).
+@triton.jit(do_not_specialize_on_alignment=["block_table_ptr", "seq_lens_ptr", "query_start_ptr", "qc_ptr", "wbt_ptr"])
 def _int2_prefill_kernel(
     q_ptr, stride_qt, stride_qh,                 # [T, Hq, D] rotated queries
     k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,   # [T, Hkv, D] rotated chunk K/V
