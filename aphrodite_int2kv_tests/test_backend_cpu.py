@@ -355,7 +355,14 @@ def test_data_free_k_centering_from_each_sequences_first_keys(engine, monkeypatc
     c = stored_first.mean(0)                                   # the offset as the cache holds it
     kq = R.rotate(torch.cat([stored_first, _fq(kr[N:] - c) + c]), H.T)
     vq = R.rotate(_fq(R.rotate(v, H)), H.T)
+    # the offsets are computed once per layer and step (the store's are reused by the attention)
+    from aphrodite_int2kv.engine import backend as B
+    calls = []
+    real = B.sequence_centers
+    monkeypatch.setattr(B, "sequence_centers", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     _, chunk2, decode = run(N)
+    assert len(calls) == 3, f"{len(calls)} offset computations for 3 steps"
+    monkeypatch.setattr(B, "sequence_centers", real)
     torch.testing.assert_close(decode, R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1),
                                atol=1e-4, rtol=0)
     # the second chunk reads positions 0..9 from int2 (uncentered, -q.c) and itself exactly

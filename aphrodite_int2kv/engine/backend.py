@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import weakref
 from typing import ClassVar
 
 import torch
@@ -22,7 +23,7 @@ from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
 
 from aphrodite_int2kv.engine.options import Int2Options
 from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout
-from aphrodite_int2kv.int2.quantizer import decode_slots
+from aphrodite_int2kv.int2.quantizer import dequantize_groups, unpack_planar
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
@@ -271,7 +272,15 @@ def sequence_centers(cache, block_table, seq_lens, layout: SlotLayout, first: in
     cache, so a request that reuses a cached prefix gets the same offset (docs/format.md)."""
     pos = torch.arange(first, device=cache.device)
     pages = block_table[:, pos // cache.shape[1]].long()               # [B, first]
-    k, _ = decode_slots(cache[pages, pos % cache.shape[1]], layout, lloyd_max)   # [B, first, Hkv, D]
+    slots = cache[pages, pos % cache.shape[1]]                         # [B, first, Hkv, slot bytes]
+    L, NG = layout, layout.num_groups
+
+    def meta(off):
+        return slots[..., off:off + 2 * NG].contiguous().view(torch.float16)
+
+    # K only (the V half of the slots is not needed): [B, first, Hkv, D]
+    k = dequantize_groups(unpack_planar(slots[..., L.k_codes:L.k_codes + L.code_bytes]),
+                          meta(L.k_scale), meta(L.k_zero), L.group_size, lloyd_max)
     c = k.mean(1)
     return torch.where((seq_lens >= first)[:, None, None], c, torch.zeros_like(c))
 
@@ -323,6 +332,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self._rot = None  # (R_q, R_k, R_v) on the device, built on first use
         self._k_center = None
+        self._centers_memo = None   # data-free offsets of the current step (see _step_centers)
         self.window = self.opts.recent_window if kv_sharing_target_layer_name is None else 0
         from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
 
@@ -403,11 +413,28 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         store = dict(layout=self.layout, k_clip=self.opts.k_clip, v_clip=self.opts.v_clip,
                      lloyd_max=self.opts.lloyd_max, std_range=self.opts.std_range)
         int2_store(k.to(key.dtype).contiguous(), v, torch.where(first, slot_mapping, -1), cache, **store)
-        c = sequence_centers(cache, m.block_table, m.seq_lens, self.layout, N, self.opts.lloyd_max)
+        self._centers_memo = None   # the first N keys were just written: recompute from them
+        c = self._step_centers(cache, m)
         centered = (k - c[token_requests(m.query_start_loc, n)]).to(key.dtype).contiguous()
         int2_store(centered, v, torch.where(first, -1, slot_mapping), cache, **store)
         if win is not None:   # the window holds every key centered, the first N included
             window_store(centered, v, win[2].slot_mapping[:n], win[0], win[1])
+
+    def _step_centers(self, cache, m):
+        """Data-free offsets [B, Hkv, D] of this step's requests, computed once per layer and step:
+        the store computes them right after writing the first N keys, and the layer's attention,
+        which follows with the same metadata object and cache, reuses them (under CUDA-graph
+        capture the attention then records no second computation). Any other caller recomputes."""
+        memo = self._centers_memo
+        if memo is not None and memo[0]() is m and memo[1] == cache.data_ptr():
+            return memo[2]
+        c = sequence_centers(cache, m.block_table, m.seq_lens, self.layout, self.opts.k_center_first,
+                             self.opts.lloyd_max)
+        try:
+            self._centers_memo = (weakref.ref(m), cache.data_ptr(), c)
+        except TypeError:           # metadata without weak references: no reuse, still correct
+            self._centers_memo = None
+        return c
 
     def _sink_qc(self, q, center=None):
         """q . c per token and query head (fp32 [T, Hq]), c the rotated K offset of its KV head:
@@ -499,8 +526,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         sinks = self._sinks()
         center = None                       # data-free: each token's sequence offset [n, Hkv, D]
         if self.opts.k_center_first:
-            c = sequence_centers(cache, m.block_table, m.seq_lens, self.layout, sinks, self.opts.lloyd_max)
-            center = c[token_requests(m.query_start_loc, n)]
+            center = self._step_centers(cache, m)[token_requests(m.query_start_loc, n)]
         qc = self._sink_qc(q, center) if sinks else None
         win = self._window_state(layer, query.dtype)
         if m.num_decodes:
