@@ -167,6 +167,34 @@ def dequant_plane(packed, P: tl.constexpr, scale, zero, LLOYD: tl.constexpr, L0:
 
 
 @triton.jit
+def group_heads(pid, RATIO: tl.constexpr, TILES: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Program `pid` of num_kv_heads * TILES -> (kv_head, q_head [BLOCK_H], mask): a tile of its
+    KV group's query heads, never straddling two groups (decode.py's docstring)."""
+    kv_head = pid // TILES
+    in_group = (pid % TILES) * BLOCK_H + tl.arange(0, BLOCK_H)
+    return kv_head, kv_head * RATIO + in_group, in_group < RATIO
+
+
+@triton.jit
+def query_planes(q_ptr, token, stride_qt, q_head, stride_qh, hmask, W: tl.constexpr, DOT: tl.constexpr):
+    """The four W-column planes of rows q_head of query token `token` as DOT [BLOCK_H, W]."""
+    q_rows = q_ptr + token * stride_qt + q_head[:, None] * stride_qh + tl.arange(0, W)[None, :]
+    q0 = tl.load(q_rows + 0 * W, mask=hmask[:, None], other=0.0).to(DOT)
+    q1 = tl.load(q_rows + 1 * W, mask=hmask[:, None], other=0.0).to(DOT)
+    q2 = tl.load(q_rows + 2 * W, mask=hmask[:, None], other=0.0).to(DOT)
+    q3 = tl.load(q_rows + 3 * W, mask=hmask[:, None], other=0.0).to(DOT)
+    return q0, q1, q2, q3
+
+
+@triton.jit
+def empty_state(ROWS: tl.constexpr, W: tl.constexpr):
+    """Online-softmax state before any token: (m = -inf, l = 0, four zero accumulator planes)."""
+    return (tl.full([ROWS], float("-inf"), tl.float32), tl.zeros([ROWS], tl.float32),
+            tl.zeros([ROWS, W], tl.float32), tl.zeros([ROWS, W], tl.float32),
+            tl.zeros([ROWS, W], tl.float32), tl.zeros([ROWS, W], tl.float32))
+
+
+@triton.jit
 def softmax_step(m_i, l_i, s):
     """Online softmax over one tile of scores s [ROWS, N] (log2 units, -inf where hidden):
     returns (new running max, new running sum, alpha to rescale the accumulators, p)."""

@@ -30,7 +30,7 @@ import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels import interpreting
-from aphrodite_int2kv.kernels.common import LOG2E, int2_span, window_span
+from aphrodite_int2kv.kernels.common import LOG2E, empty_state, group_heads, int2_span, query_planes, window_span
 
 
 # Integer arguments that follow the batch size (split and slot counts) or the configuration are
@@ -74,10 +74,7 @@ def _int2_decode_split_kernel(
         q_head = tl.program_id(1) * VALID + tl.arange(0, BLOCK_H)
         hmask = (q_head < (tl.program_id(1) + 1) * VALID) & (q_head < NUM_Q_HEADS)
     else:
-        kv_head = tl.program_id(1) // TILES
-        in_group = (tl.program_id(1) % TILES) * BLOCK_H + tl.arange(0, BLOCK_H)
-        q_head = kv_head * RATIO + in_group
-        hmask = in_group < RATIO
+        kv_head, q_head, hmask = group_heads(tl.program_id(1), RATIO, TILES, BLOCK_H)
 
     seq_len = tl.load(seq_lens_ptr + batch)
     # This launch reads int2 positions [lo, int2_len) only, divided among the splits: the first
@@ -89,19 +86,8 @@ def _int2_decode_split_kernel(
     start = lo + split * per_split
     end = tl.minimum(start + per_split, int2_len)
 
-    cols = tl.arange(0, W)
-    q_rows = q_ptr + batch * stride_qb + q_head[:, None] * stride_qh + cols[None, :]
-    q0 = tl.load(q_rows + 0 * W, mask=hmask[:, None], other=0.0).to(DOT)
-    q1 = tl.load(q_rows + 1 * W, mask=hmask[:, None], other=0.0).to(DOT)
-    q2 = tl.load(q_rows + 2 * W, mask=hmask[:, None], other=0.0).to(DOT)
-    q3 = tl.load(q_rows + 3 * W, mask=hmask[:, None], other=0.0).to(DOT)
-
-    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc0 = tl.zeros([BLOCK_H, W], tl.float32)
-    acc1 = tl.zeros([BLOCK_H, W], tl.float32)
-    acc2 = tl.zeros([BLOCK_H, W], tl.float32)
-    acc3 = tl.zeros([BLOCK_H, W], tl.float32)
+    q0, q1, q2, q3 = query_planes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, DOT)
+    m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_H, W)
     m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end,
         block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
@@ -140,27 +126,14 @@ def _int2_decode_tail_kernel(
     SEG: tl.constexpr = W if G > W else G
     NG: tl.constexpr = D // G
     batch = tl.program_id(0)
-    kv_head = tl.program_id(1) // TILES
-    in_group = (tl.program_id(1) % TILES) * BLOCK_H + tl.arange(0, BLOCK_H)
-    q_head = kv_head * RATIO + in_group
-    hmask = in_group < RATIO
+    kv_head, q_head, hmask = group_heads(tl.program_id(1), RATIO, TILES, BLOCK_H)
     tail = tl.program_id(2)
     window_programs = total_splits - num_splits - (1 if SINKS > 0 else 0)
 
     seq_len = tl.load(seq_lens_ptr + batch)
     int2_len = tl.maximum(seq_len - window_len, 0)
-    cols = tl.arange(0, W)
-    q_rows = q_ptr + batch * stride_qb + q_head[:, None] * stride_qh + cols[None, :]
-    q0 = tl.load(q_rows + 0 * W, mask=hmask[:, None], other=0.0).to(DOT)
-    q1 = tl.load(q_rows + 1 * W, mask=hmask[:, None], other=0.0).to(DOT)
-    q2 = tl.load(q_rows + 2 * W, mask=hmask[:, None], other=0.0).to(DOT)
-    q3 = tl.load(q_rows + 3 * W, mask=hmask[:, None], other=0.0).to(DOT)
-    m_i = tl.full([BLOCK_H], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_H], tl.float32)
-    acc0 = tl.zeros([BLOCK_H, W], tl.float32)
-    acc1 = tl.zeros([BLOCK_H, W], tl.float32)
-    acc2 = tl.zeros([BLOCK_H, W], tl.float32)
-    acc3 = tl.zeros([BLOCK_H, W], tl.float32)
+    q0, q1, q2, q3 = query_planes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, DOT)
+    m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_H, W)
     if SINKS > 0 and tail == window_programs:
         qc = tl.load(qc_ptr + batch * stride_qcb + q_head, mask=hmask, other=0.0)
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(

@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
-from aphrodite_int2kv.kernels.common import LOG2E, int2_span, softmax_step, window_span
+from aphrodite_int2kv.kernels.common import LOG2E, empty_state, int2_span, softmax_step, window_span
 from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype
 
@@ -68,12 +68,7 @@ def _int2_prefill_kernel(
         qc = tl.load(qc_ptr + (q_start + rows) * stride_qct + q_head, mask=rmask, other=0.0)
     else:
         qc = tl.zeros([BLOCK_M], tl.float32)
-    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
-    l_i = tl.zeros([BLOCK_M], tl.float32)
-    acc0 = tl.zeros([BLOCK_M, W], tl.float32)
-    acc1 = tl.zeros([BLOCK_M, W], tl.float32)
-    acc2 = tl.zeros([BLOCK_M, W], tl.float32)
-    acc3 = tl.zeros([BLOCK_M, W], tl.float32)
+    m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_M, W)
 
     # Phase 1: the int2 prefix (every new token sees all of it). With a recent window, the last
     # WINDOW - 1 prefix tokens (the window of the chunk's first token; later tokens see at least
