@@ -23,7 +23,7 @@ from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
 
 from aphrodite_int2kv.engine.options import Int2Options
 from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout
-from aphrodite_int2kv.int2.quantizer import dequantize_groups, unpack_planar
+from aphrodite_int2kv.int2.quantizer import decode_keys
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
@@ -272,15 +272,7 @@ def sequence_centers(cache, block_table, seq_lens, layout: SlotLayout, first: in
     cache, so a request that reuses a cached prefix gets the same offset (docs/format.md)."""
     pos = torch.arange(first, device=cache.device)
     pages = block_table[:, pos // cache.shape[1]].long()               # [B, first]
-    slots = cache[pages, pos % cache.shape[1]]                         # [B, first, Hkv, slot bytes]
-    L, NG = layout, layout.num_groups
-
-    def meta(off):
-        return slots[..., off:off + 2 * NG].contiguous().view(torch.float16)
-
-    # K only (the V half of the slots is not needed): [B, first, Hkv, D]
-    k = dequantize_groups(unpack_planar(slots[..., L.k_codes:L.k_codes + L.code_bytes]),
-                          meta(L.k_scale), meta(L.k_zero), L.group_size, lloyd_max)
+    k = decode_keys(cache[pages, pos % cache.shape[1]], layout, lloyd_max)   # [B, first, Hkv, D]
     c = k.mean(1)
     return torch.where((seq_lens >= first)[:, None, None], c, torch.zeros_like(c))
 

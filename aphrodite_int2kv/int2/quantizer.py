@@ -118,15 +118,24 @@ def encode_slots(k_rot, v_rot, layout: SlotLayout, k_clip=1.0, v_clip=1.0, lloyd
     return torch.nn.functional.pad(slot, (0, pad)) if pad else slot
 
 
-def decode_slots(slots: torch.Tensor, layout: SlotLayout, lloyd_max=False):
-    """slot bytes [..., slot_bytes] -> (K, V) in the rotated basis, fp32 [..., D]."""
-    L, NG, G = layout, layout.num_groups, layout.group_size
+def _decode_half(slots: torch.Tensor, layout: SlotLayout, codes: int, scale: int, zero: int, lloyd_max):
+    """The K or V half of slot bytes [..., slot_bytes] (byte offsets of its codes, scales, zeros)
+    -> fp32 [..., D] in the rotated basis."""
+    NG = layout.num_groups
 
     def meta(off):
         return slots[..., off:off + 2 * NG].contiguous().view(torch.float16)
 
-    k = dequantize_groups(unpack_planar(slots[..., L.k_codes:L.k_codes + L.code_bytes]),
-                          meta(L.k_scale), meta(L.k_zero), G, lloyd_max)
-    v = dequantize_groups(unpack_planar(slots[..., L.v_codes:L.v_codes + L.code_bytes]),
-                          meta(L.v_scale), meta(L.v_zero), G, lloyd_max)
-    return k, v
+    return dequantize_groups(unpack_planar(slots[..., codes:codes + layout.code_bytes]),
+                             meta(scale), meta(zero), layout.group_size, lloyd_max)
+
+
+def decode_keys(slots: torch.Tensor, layout: SlotLayout, lloyd_max=False):
+    """slot bytes [..., slot_bytes] -> K in the rotated basis, fp32 [..., D] (the V half untouched)."""
+    return _decode_half(slots, layout, layout.k_codes, layout.k_scale, layout.k_zero, lloyd_max)
+
+
+def decode_slots(slots: torch.Tensor, layout: SlotLayout, lloyd_max=False):
+    """slot bytes [..., slot_bytes] -> (K, V) in the rotated basis, fp32 [..., D]."""
+    return (decode_keys(slots, layout, lloyd_max),
+            _decode_half(slots, layout, layout.v_codes, layout.v_scale, layout.v_zero, lloyd_max))
