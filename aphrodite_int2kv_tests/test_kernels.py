@@ -81,6 +81,76 @@ def test_store_matches_reference_bytes(D, G, mode, clip, dtype):
     assert (flat[untouched] == 0xAB).all(), "padded slots (-1) or other slots were written"
 
 
+@pytest.mark.parametrize("sinks,per_seq", [(0, False), (5, False), (5, True), (1, True)])
+def test_store_centers_keys_except_the_sinks(sinks, per_seq):
+    """Store-time K centering: K - c (c of the token's sequence, or of the layer) is stored except
+    at positions < sinks, in the int2 cache and in the window alike; `only` = 1 / 2 writes the
+    sinks / the others only (data-free centering's two passes), V untouched by all of it."""
+    from aphrodite_int2kv.kernels.store import Centering, window_store
+
+    torch.manual_seed(3)
+    D, G, H, BS = 64, 32, 2, 16
+    L = SlotLayout(D, G)
+    T = 9
+    k, v = torch.randn(T, H, D) + 4.0, torch.randn(T, H, D)
+    req = torch.tensor([0, 0, 0, 1, 1, 1, 1, 2, 2], dtype=torch.int32)
+    pos = torch.tensor([3, 4, 5, 0, 1, 6, 7, 9, 10], dtype=torch.int32)
+    c = 3.0 * torch.randn(3 if per_seq else 1, H, D)
+    c_tok = c[req.long()] if per_seq else c.expand(T, H, D)
+    want = torch.where((pos < sinks)[:, None, None], k, k - c_tok)
+    slots = torch.tensor([5, 17, -1, 63, 0, 33, 40, 2, 79])
+    center = (c if per_seq else c[0]).to(DEVICE)
+    cen = Centering(center, req.to(DEVICE), pos.to(DEVICE), sinks)
+
+    def stored(passes):
+        cache = torch.zeros(5, BS, H, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
+        for centering, only in passes:
+            int2_store(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE), cache, L, centering=centering, only=only)
+        return cache.cpu().view(5 * BS, H, -1)
+
+    ref = Q.encode_slots(want, v, L)
+    passes = [(cen, 0)] if not sinks else [(Centering(None, positions=pos.to(DEVICE), sinks=sinks), 1), (cen, 2)]
+    for flat in (stored(passes), stored([(cen, 0)])):
+        for i, sl in enumerate(slots.tolist()):
+            if sl >= 0:
+                assert torch.equal(flat[sl][:, :L.used_bytes], ref[i][:, :L.used_bytes]), i
+    if sinks:   # each pass alone writes exactly its own tokens
+        first = stored(passes[:1])
+        for i, sl in enumerate(slots.tolist()):
+            if sl >= 0:
+                assert bool(first[sl].any()) == bool(pos[i] < sinks), i
+    with pytest.raises(ValueError, match="only=2"):
+        int2_store(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE), torch.zeros(5, BS, H, L.slot_bytes, dtype=torch.uint8,
+                   device=DEVICE), L, only=2)
+    # the window gets the same keys in full precision
+    kw = torch.zeros(4, 3, H, D, device=DEVICE)
+    vw = torch.zeros_like(kw)
+    wslots = torch.tensor([0, 1, 2, 3, 4, 5, 6, 7, -1], device=DEVICE)
+    window_store(k.to(DEVICE), v.to(DEVICE), wslots, kw, vw, centering=cen)
+    torch.testing.assert_close(kw.view(12, H, D)[:8].cpu(), want[:8], atol=1e-6, rtol=0)
+    torch.testing.assert_close(vw.view(12, H, D)[:8].cpu(), v[:8], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("first,lloyd", [(16, False), (16, True), (5, False), (1, False)])
+def test_sequence_centers_kernel_matches_reference(first, lloyd):
+    """Data-free offsets: the mean of each sequence's first `first` keys as the cache holds them;
+    zeros for a sequence shorter than that (lengths first - 1, first, and longer)."""
+    from aphrodite_int2kv.kernels.centers import sequence_centers
+
+    D, Hkv = 128, 2
+    L = SlotLayout(D, 64)
+    seq_lens = [first + 20, max(first - 1, 0), first, 3 * first + 7]
+    cache, bt, written = paged_cache(L, seq_lens, Hkv, 16, lloyd=lloyd)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    got = sequence_centers(cache, bt, sl, L, first, lloyd)
+    ref = R.sequence_centers_reference(cache, bt, sl, L, first, lloyd)
+    torch.testing.assert_close(got, ref, atol=1e-5, rtol=1e-5)
+    assert (got[1] == 0).all() and got[[0, 2, 3]].abs().amax() > 0.01
+    # the offset is that of the quantized keys: over 16 keys, close to the mean of the keys written
+    if first >= 16:
+        assert (got[0] - written[0][0][:first].mean(0)).abs().mean() < 0.3
+
+
 # ---------------------------------------------------------------- decode
 
 DECODE_CASES = [
@@ -214,7 +284,7 @@ def test_decode_compiles_one_variant_for_every_batch_size(monkeypatch):
         bt = torch.zeros(B, 300, dtype=torch.int32, device=DEVICE)
         sl = torch.ones(B, dtype=torch.int32, device=DEVICE)
         int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                    num_stages=cfg.num_stages, block_h=cfg.block_h, sink_qc=torch.zeros(B, Hq, device=DEVICE),
+                    num_stages=cfg.num_stages, block_h=cfg.block_h, k_center=torch.zeros(B, Hkv, D, device=DEVICE),
                     sinks=16, window=(k_win, k_win, torch.zeros(B, 1700, dtype=torch.int32, device=DEVICE), 128))
     assert set(keys) == set(KERNELS["decode"])
     for name, variants in keys.items():
@@ -237,12 +307,12 @@ def test_prefill_compiles_one_variant_for_every_decode_count(monkeypatch):
     k_win = torch.zeros(4, 20, Hkv, D, dtype=torch.bfloat16, device=DEVICE)
     q = torch.zeros(n, Hq, D, device=DEVICE)
     bt, wbt = torch.zeros(n, 7, dtype=torch.int32, device=DEVICE), torch.zeros(n, 11, dtype=torch.int32, device=DEVICE)
-    sl, qc = torch.ones(n, dtype=torch.int32, device=DEVICE), torch.zeros(n, Hq, device=DEVICE)
+    sl, cen = torch.ones(n, dtype=torch.int32, device=DEVICE), torch.zeros(n, Hkv, D, device=DEVICE)
     for nd in range(0, 12):
         T = n - nd
         qsl = torch.arange(T + 1, dtype=torch.int32, device=DEVICE)
         kv = torch.zeros(T, Hkv, D, device=DEVICE)
-        int2_prefill(q[nd:], kv, kv, cache, bt[nd:], qsl, sl[nd:], 1, L, D ** -0.5, sink_qc=qc[nd:], sinks=4,
+        int2_prefill(q[nd:], kv, kv, cache, bt[nd:], qsl, sl[nd:], 1, L, D ** -0.5, k_center=cen[nd:], sinks=4,
                      window=(k_win, k_win, wbt[nd:], 128))
     assert len(keys["_int2_prefill_kernel"]) == 1, f"{len(keys['_int2_prefill_kernel'])} compiled variants"
 
@@ -380,9 +450,8 @@ def test_uncentered_sink_positions_get_q_dot_c_subtracted(S):
     cache, bt, _ = paged_cache(L, seq_lens, Hkv, 16)
     c = 3.0 * torch.randn(Hkv, D, device=DEVICE)
     q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
-    qc = (q * c.repeat_interleave(Hq // Hkv, 0)[None]).sum(-1)
     sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, sink_qc=qc, sinks=S)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, k_center=c, sinks=S)
     ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5, sinks=S, k_center=c)
     torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
     assert (out.float() - R.decode_reference(q, cache, bt, sl, L, D ** -0.5)).abs().max() > 10 * ATOL
@@ -392,10 +461,9 @@ def test_uncentered_sink_positions_get_q_dot_c_subtracted(S):
     T = sum(chunks)
     qp = torch.randn(T, Hq, D, device=DEVICE)
     kp, vp = torch.randn(T, Hkv, D, device=DEVICE), torch.randn(T, Hkv, D, device=DEVICE)
-    qcp = (qp * c.repeat_interleave(Hq // Hkv, 0)[None]).sum(-1)
     qsl = torch.tensor([0] + list(torch.tensor(chunks).cumsum(0)), dtype=torch.int32, device=DEVICE)
     outp = int2_prefill(qp, kp, vp, cache, bt, qsl, sl, max(chunks), L, D ** -0.5, block_m=32, block_n=32,
-                        sink_qc=qcp, sinks=S)
+                        k_center=c, sinks=S)
     refp = R.prefill_reference(qp, kp, vp, cache, bt, qsl, sl, L, D ** -0.5, sinks=S, k_center=c)
     torch.testing.assert_close(outp.float(), refp, atol=ATOL, rtol=0)
     assert prefixes[1] == 1
@@ -449,30 +517,31 @@ def test_decode_with_sinks_and_window_together(S, R, splits):
     seq_lens = [S + R, 3, S + R - 1, 200, max(1, S - 1), R + 1]
     cache, bt, written = paged_cache(L, seq_lens, Hkv, 16)
     k_win, v_win, wbt = window_cache(written, Hkv, D, 7)
-    c = 3.0 * torch.randn(Hkv, D, device=DEVICE)
+    # per-sequence offsets (data-free centering's shape)
+    c = 3.0 * torch.randn(len(seq_lens), Hkv, D, device=DEVICE)
     q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
-    qc = (q * c.repeat_interleave(Hq // Hkv, 0)[None]).sum(-1)
     sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, sink_qc=qc, sinks=S, window=(k_win, v_win, wbt, R))
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, k_center=c, sinks=S, window=(k_win, v_win, wbt, R))
     for b, n in enumerate(seq_lens):
         kq, vq = R_.gather_sequence(cache, bt[b], n, L)
         cut = max(0, n - R)
-        # int2 positions < S hold uncentered keys (scores - q.c); the window holds every key centered
-        k = torch.cat([R_._center_sinks(kq[:cut], S, c), written[b][0][cut:].to(torch.bfloat16).float()])
+        # positions < S hold uncentered keys, in int2 and in the window alike (scores - q.c)
+        k = R_._center_sinks(torch.cat([kq[:cut], written[b][0][cut:].to(torch.bfloat16).float()]), S, c[b])
         v = torch.cat([vq[:cut], written[b][1][cut:].to(torch.bfloat16).float()])
         torch.testing.assert_close(out[b:b + 1].float(), R_.attend(q[b:b + 1], k, v, D ** -0.5), atol=ATOL, rtol=0)
     # both parts matter: without the sink correction or without the window the answer moves
     no_sinks = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, window=(k_win, v_win, wbt, R))
     assert (no_sinks.float() - out.float())[[0, 3]].abs().max() > 10 * ATOL
-    no_window = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, sink_qc=qc, sinks=S)
+    no_window = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, k_center=c, sinks=S)
     assert (no_window.float() - out.float()).abs().max() > 0.05
 
 
-@pytest.mark.parametrize("R", [1, 2, 33, 300])
-def test_prefill_reads_the_prefix_window_in_full_precision(R):
+@pytest.mark.parametrize("R,S", [(1, 0), (2, 0), (33, 0), (300, 0), (33, 7), (2, 7)])
+def test_prefill_reads_the_prefix_window_in_full_precision(R, S):
     """Chunks after a prefix: prefix positions >= prefix - (R - 1) come from the window cache (the
     window of the chunk's first token), older ones from int2; chunks crossing the window edge,
-    a prefix shorter than the window, and an empty prefix."""
+    a prefix shorter than the window, and an empty prefix. With S sinks (per-sequence offsets),
+    prefix positions < S get -q.c wherever they are read from (int2 or window)."""
     D, Hq, Hkv = 64, 6, 2
     L = SlotLayout(D, 32)
     prefixes, chunks = [40, 0, 5, 130], [9, 4, 20, 1]
@@ -485,13 +554,15 @@ def test_prefill_reads_the_prefix_window_in_full_precision(R):
     v = torch.cat([w[1][p:] for w, p in zip(written, prefixes)])
     qsl = torch.tensor([0] + list(torch.tensor(chunks).cumsum(0)), dtype=torch.int32, device=DEVICE)
     sl = torch.tensor(total, dtype=torch.int32, device=DEVICE)
+    c = 3.0 * torch.randn(len(prefixes), Hkv, D, device=DEVICE)
     out = int2_prefill(q, k, v, cache, bt, qsl, sl, max(chunks), L, D ** -0.5, block_m=16, block_n=16,
-                       window=(k_win, v_win, wbt, R))
+                       window=(k_win, v_win, wbt, R), sinks=S, k_center=c if S else None)
     for b, p in enumerate(prefixes):
         s0, e0 = int(qsl[b]), int(qsl[b + 1])
         kq, vq = R_.gather_sequence(cache, bt[b], p, L)
         cut = max(0, p - (R - 1))
-        kp = torch.cat([kq[:cut], written[b][0][cut:p].to(torch.bfloat16).float(), k[s0:e0]])
+        prefix = R_._center_sinks(torch.cat([kq[:cut], written[b][0][cut:p].to(torch.bfloat16).float()]), S, c[b])
+        kp = torch.cat([prefix, k[s0:e0]])
         vp = torch.cat([vq[:cut], written[b][1][cut:p].to(torch.bfloat16).float(), v[s0:e0]])
         ref = R_.attend(q[s0:e0], kp, vp, D ** -0.5, causal_offset=p)
         torch.testing.assert_close(out[s0:e0].float(), ref, atol=ATOL, rtol=0)

@@ -293,10 +293,10 @@ def main():
                         wtable = torch.zeros(B, nlog, dtype=torch.int32, device="cuda")
                         wtable[:, nlog - need:] = (1 + torch.arange(B, device="cuda")[:, None] * need
                                                    + torch.arange(need, device="cuda")[None, :]).int()
-                        qc = torch.randn(B, Hq, device="cuda")
-                        variants = {"sinks": dict(sink_qc=qc, sinks=args.sinks),
+                        cen = torch.randn(B, Hkv, D, device="cuda")     # per-sequence offsets (data-free)
+                        variants = {"sinks": dict(k_center=cen, sinks=args.sinks),
                                     "window": dict(window=(k_win, v_win, wtable, args.window)),
-                                    "window+sinks": dict(sink_qc=qc, sinks=args.sinks, window=(k_win, v_win, wtable, args.window))}
+                                    "window+sinks": dict(k_center=cen, sinks=args.sinks, window=(k_win, v_win, wtable, args.window))}
                         base_us = extra.get("int2_lloyd_us", int2_us)   # the window's cost over the same levels
                         times = {}
                         for name, kw in variants.items():

@@ -23,12 +23,12 @@ from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
 
 from aphrodite_int2kv.engine.options import Int2Options
 from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout
-from aphrodite_int2kv.int2.quantizer import decode_keys
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
 from aphrodite_int2kv.kernels.prefill import int2_prefill
-from aphrodite_int2kv.kernels.store import int2_store, window_store
+from aphrodite_int2kv.kernels.centers import sequence_centers as centers_kernel
+from aphrodite_int2kv.kernels.store import Centering, int2_store, window_store
 from aphrodite_int2kv.engine.window import window_name, window_views
 
 INT2 = "int2"
@@ -266,15 +266,32 @@ def token_positions(query_start_loc, seq_lens, n: int) -> torch.Tensor:
     return first[req] + idx - query_start_loc[req]
 
 
+_STEP_TOKENS: list = [None]     # (weakref to the step's metadata, n, requests, positions)
+
+
+def step_tokens(m, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(request index, position) int32 [n] of the step's new tokens, computed once per step and
+    shared by every layer of its KV cache group (they share the metadata object)."""
+    memo = _STEP_TOKENS[0]
+    if memo is not None and memo[0]() is m and memo[1] == n:
+        return memo[2], memo[3]
+    req = token_requests(m.query_start_loc, n).to(torch.int32)
+    pos = token_positions(m.query_start_loc, m.seq_lens, n).to(torch.int32)
+    try:
+        _STEP_TOKENS[0] = (weakref.ref(m), n, req, pos)
+    except TypeError:           # metadata without weak references: no reuse, still correct
+        _STEP_TOKENS[0] = None
+    return req, pos
+
+
 def sequence_centers(cache, block_table, seq_lens, layout: SlotLayout, first: int, lloyd_max=False):
-    """Data-free K offset of each request: the mean of its first `first` keys as the int2 cache
-    holds them (rotated basis) -> [B, Hkv, D] fp32; 0 for a request with fewer keys. Read from the
-    cache, so a request that reuses a cached prefix gets the same offset (docs/format.md)."""
-    pos = torch.arange(first, device=cache.device)
-    pages = block_table[:, pos // cache.shape[1]].long()               # [B, first]
-    k = decode_keys(cache[pages, pos % cache.shape[1]], layout, lloyd_max)   # [B, first, Hkv, D]
-    c = k.mean(1)
-    return torch.where((seq_lens >= first)[:, None, None], c, torch.zeros_like(c))
+    """Data-free K offset of each request [B, Hkv, D] fp32 (kernels/centers.py)."""
+    return centers_kernel(cache, block_table, seq_lens, layout, first, lloyd_max)
+
+
+def _rows(center, lo, hi):
+    """Requests [lo, hi) of per-request offsets [B, Hkv, D]; layer offsets [Hkv, D] as they are."""
+    return center[lo:hi] if center.dim() == 3 else center
 
 
 def _layer_metadata(layer):
@@ -366,51 +383,15 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                 # softmax ignores q.c (the same for every key), so storing K - c changes no attention
                 # weight but frees the 2-bit range from the per-channel constant (docs/format.md)
                 offset = offset.to(device).expand(self.num_kv_heads, self.head_size)
-                self._k_center = rotate(offset[None], rk)[0]
-                # per query head, for q.c (computed once, not per step)
-                self._q_center = self._k_center.repeat_interleave(self.num_heads // self.num_kv_heads, 0)
+                self._k_center = rotate(offset[None], rk)[0].float().contiguous()
             self._rot = (rq, rk, rv)
         return self._rot
-
-    def _keys(self, key, n, rk, positions=None, center=None):
-        """Rotated keys, centered when the K file has offsets (or by `center`, per-token offsets
-        [n, Hkv, D] of data-free centering) -> (keys, all_centered). With `positions`, the first
-        k_center_skip positions of each sequence (the attention sinks) stay uncentered in `keys`;
-        `all_centered` (what the window cache and prefill chunks hold) then comes from the same
-        rotation, else it is `keys` itself."""
-        k = rotate(key[:n].view(n, self.num_kv_heads, self.head_size), rk)
-        center = self._k_center if center is None else center
-        if center is None:
-            return k, k
-        centered = k - center
-        if positions is None:
-            return centered, centered
-        sink = (positions[:n] < self.opts.k_center_skip)[:, None, None]
-        return torch.where(sink, k, centered), centered
 
     def _sinks(self) -> int:
         """Leading positions of each sequence stored uncentered (their scores get -q.c)."""
         if self._k_center is not None:
             return self.opts.k_center_skip
         return self.opts.k_center_first
-
-    def _store_first_keys_centered(self, key, value, cache, slot_mapping, m, rk, rv, win):
-        """Data-free K centering (APHRODITE_INT2KV_K_CENTER_FIRST = N): the first N positions of each
-        sequence are stored uncentered; then each sequence's offset c is read back from the cache
-        (the mean of those N keys) and the later positions are stored as K - c."""
-        n, N = slot_mapping.shape[0], self.opts.k_center_first
-        k = self._keys(key, n, rk)[0]
-        v = rotate(value[:n].view(n, self.num_kv_heads, self.head_size), rv).to(value.dtype).contiguous()
-        first = token_positions(m.query_start_loc, m.seq_lens, n) < N
-        store = dict(layout=self.layout, k_clip=self.opts.k_clip, v_clip=self.opts.v_clip,
-                     lloyd_max=self.opts.lloyd_max, std_range=self.opts.std_range)
-        int2_store(k.to(key.dtype).contiguous(), v, torch.where(first, slot_mapping, -1), cache, **store)
-        self._centers_memo = None   # the first N keys were just written: recompute from them
-        c = self._step_centers(cache, m)
-        centered = (k - c[token_requests(m.query_start_loc, n)]).to(key.dtype).contiguous()
-        int2_store(centered, v, torch.where(first, -1, slot_mapping), cache, **store)
-        if win is not None:   # the window holds every key centered, the first N included
-            window_store(centered, v, win[2].slot_mapping[:n], win[0], win[1])
 
     def _step_centers(self, cache, m):
         """Data-free offsets [B, Hkv, D] of this step's requests, computed once per layer and step:
@@ -428,43 +409,40 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             self._centers_memo = None
         return c
 
-    def _sink_qc(self, q, center=None):
-        """q . c per token and query head (fp32 [T, Hq]), c the rotated K offset of its KV head:
-        the file's, or `center` [T, Hkv, D] (each token's sequence offset, data-free centering)."""
-        qcen = self._q_center[None] if center is None else \
-            center.repeat_interleave(self.num_heads // self.num_kv_heads, 1)
-        return (q.float() * qcen).sum(-1).contiguous()
-
-
-
     def do_kv_cache_update(self, layer, key, value, kv_cache, slot_mapping, attn_metadata=None):
+        """Rotate the new tokens' K/V and store them: int2, and the recent window when on. With K
+        centering, K - c is stored except at the first `sinks` positions of each sequence.
+        Data-free centering (APHRODITE_INT2KV_K_CENTER_FIRST = N): the first N positions are stored
+        first, each sequence's offset c is read back from the cache (the mean of those N keys), and
+        then the later positions are stored as K - c."""
         if self.kv_sharing_target_layer_name is not None:
             return
         cache = self._cache_view(kv_cache)
         n = slot_mapping.shape[0]
         _, rk, rv = self._rotations(layer, key.device)
-        if self.opts.k_center_first:
-            m = attn_metadata if attn_metadata is not None else _layer_metadata(layer)
-            if m is not None:   # (no metadata: the profiling run, whose bytes nobody reads)
-                self._store_first_keys_centered(key, value, cache, slot_mapping, m, rk, rv,
-                                                self._window_state(layer, key.dtype))
-                return
-        positions = None
-        if self._sinks():
-            # the sinks are stored uncentered: which new tokens are among a sequence's first ones
-            m = attn_metadata if attn_metadata is not None else _layer_metadata(layer)
-            if m is not None:
-                positions = token_positions(m.query_start_loc, m.seq_lens, n)
-        k, k_centered = self._keys(key, n, rk, positions)
-        k = k.to(key.dtype).contiguous()
+        k = rotate(key[:n].view(n, self.num_kv_heads, self.head_size), rk).to(key.dtype).contiguous()
         v = rotate(value[:n].view(n, self.num_kv_heads, self.head_size), rv).to(value.dtype).contiguous()
-        int2_store(k, v, slot_mapping, cache, self.layout, self.opts.k_clip, self.opts.v_clip, self.opts.lloyd_max,
-                   self.opts.std_range)
+        store = dict(layout=self.layout, k_clip=self.opts.k_clip, v_clip=self.opts.v_clip,
+                     lloyd_max=self.opts.lloyd_max, std_range=self.opts.std_range)
         win = self._window_state(layer, key.dtype)
-        if win is not None:
-            # the window holds every key centered (as the prefill chunk is): sinks included
-            kw = k if positions is None else k_centered.to(key.dtype).contiguous()
-            window_store(kw, v, win[2].slot_mapping[:n], win[0], win[1])
+        sinks, centering = self._sinks(), None
+        m = None
+        if sinks or self.opts.k_center_first:
+            m = attn_metadata if attn_metadata is not None else _layer_metadata(layer)
+        if self.opts.k_center_first and m is not None:   # (no metadata: the profiling run)
+            req, pos = step_tokens(m, n)
+            first = Centering(None, positions=pos, sinks=sinks)
+            int2_store(k, v, slot_mapping, cache, **store, centering=first, only=1)
+            self._centers_memo = None   # the first N keys were just written: recompute from them
+            centering = Centering(self._step_centers(cache, m), req, pos, sinks)
+            int2_store(k, v, slot_mapping, cache, **store, centering=centering, only=2)
+        else:
+            if self._k_center is not None:
+                pos = step_tokens(m, n)[1] if sinks and m is not None else None
+                centering = Centering(self._k_center, positions=pos, sinks=sinks if pos is not None else 0)
+            int2_store(k, v, slot_mapping, cache, **store, centering=centering)
+        if win is not None:   # the window holds what the int2 cache holds, in full precision
+            window_store(k, v, win[2].slot_mapping[:n], win[0], win[1], centering=centering)
 
     def _window_state(self, layer, dtype):
         """(k_win, v_win, window metadata) of this layer's recent-window companion for the current
@@ -516,10 +494,9 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         out_rot = torch.empty_like(q)
         nd = m.num_decode_tokens
         sinks = self._sinks()
-        center = None                       # data-free: each token's sequence offset [n, Hkv, D]
+        center = self._k_center             # [Hkv, D], or per request [B, Hkv, D] (data-free)
         if self.opts.k_center_first:
-            center = self._step_centers(cache, m)[token_requests(m.query_start_loc, n)]
-        qc = self._sink_qc(q, center) if sinks else None
+            center = self._step_centers(cache, m)
         win = self._window_state(layer, query.dtype)
         if m.num_decodes:
             # The launch shape depends on the batch only, so CUDA-graph capture and replay match.
@@ -528,18 +505,22 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             int2_decode(q[:nd], cache, m.block_table[:m.num_decodes], m.seq_lens[:m.num_decodes],
                         self.layout, self.scale, cfg.num_splits, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max,
                         block_n=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                        block_h=cfg.block_h, sink_qc=qc[:nd] if sinks else None, sinks=sinks,
+                        block_h=cfg.block_h, sinks=sinks,
+                        k_center=_rows(center, 0, m.num_decodes) if sinks else None,
                         window=(win[0], win[1], win[2].block_table[:m.num_decodes], self.window) if win else None)
         if m.num_prefills:
-            # the chunk's own keys, centered like everything it attends to
-            k = self._keys(key[nd:], n - nd, rk, center=None if center is None else center[nd:])[0]
+            # the chunk's own keys, centered like everything it attends to (its sinks included:
+            # the prefill kernel corrects only what it reads from the caches)
+            k = rotate(key[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rk)
+            if center is not None:
+                k = k - (center[step_tokens(m, n)[0][nd:].long()] if center.dim() == 3 else center)
             k = k.to(query.dtype).contiguous()
             v = rotate(value[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rv).to(query.dtype).contiguous()
             qsl = m.query_start_loc[m.num_decodes:] - m.query_start_loc[m.num_decodes]
             int2_prefill(q[nd:], k, v, cache, m.block_table[m.num_decodes:], qsl.to(torch.int32),
                          m.seq_lens[m.num_decodes:], m.max_query_len, self.layout, self.scale,
-                         out=out_rot[nd:], lloyd_max=self.opts.lloyd_max,
-                         sink_qc=qc[nd:] if sinks else None, sinks=sinks,
+                         out=out_rot[nd:], lloyd_max=self.opts.lloyd_max, sinks=sinks,
+                         k_center=_rows(center, m.num_decodes, None) if sinks else None,
                          window=(win[0], win[1], win[2].block_table[m.num_decodes:], self.window) if win else None)
         out = unrotate_output(out_rot, rv, self.num_kv_heads)
         output[:n].view(n, self.num_heads, self.head_size).copy_(out)

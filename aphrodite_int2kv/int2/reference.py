@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from aphrodite_int2kv.int2.format import SlotLayout
-from aphrodite_int2kv.int2.quantizer import decode_slots
+from aphrodite_int2kv.int2.quantizer import decode_keys, decode_slots
 
 
 def rotate(x: torch.Tensor, rot: torch.Tensor) -> torch.Tensor:
@@ -82,3 +82,12 @@ def prefill_reference(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_lo
         v = torch.cat([vp, v_rot[s:e].float()])
         out[s:e] = attend(q_rot[s:e], k, v, sm_scale, causal_offset=prefix)
     return out
+
+
+def sequence_centers_reference(cache, block_table, seq_lens, layout: SlotLayout, first: int, lloyd_max=False):
+    """kernels/centers.py's math: the mean of each sequence's first `first` keys as the cache holds
+    them -> [B, Hkv, D] fp32; 0 for a sequence with fewer keys."""
+    pos = torch.arange(first, device=cache.device)
+    pages = block_table[:, pos // cache.shape[1]].long()               # [B, first]
+    k = decode_keys(cache[pages, pos % cache.shape[1]], layout, lloyd_max)   # [B, first, Hkv, D]
+    return torch.where((seq_lens >= first)[:, None, None], k.mean(1), torch.zeros_like(k[:, 0]))

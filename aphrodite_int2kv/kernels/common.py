@@ -269,16 +269,19 @@ def row_plane(rows, P: tl.constexpr, nmask, W: tl.constexpr, DOT: tl.constexpr):
 
 
 @triton.jit
-def fp_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, k_rows, v_rows, nmask, qk_scale,
-            ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
+def fp_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, k_rows, v_rows, nmask, qk_scale, tok, qc,
+            ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr, SINKS: tl.constexpr):
     """One tile of N full-precision tokens (the recent window): k_rows / v_rows are pointers [N]
-    to each token's K / V row (D elements, same rotated and centered basis as the int2 cache).
+    to each token's K / V row (D elements, the same rotated basis as the int2 cache, and like it
+    uncentered at positions < SINKS, whose scores get -q.c: tok [N] positions, qc [ROWS]).
     Same online-softmax update as int2_tile."""
     s = tl.zeros([ROWS, N], tl.float32)
     s = tl.dot(q0, tl.trans(row_plane(k_rows, 0, nmask, W, DOT)), s)
     s = tl.dot(q1, tl.trans(row_plane(k_rows, 1, nmask, W, DOT)), s)
     s = tl.dot(q2, tl.trans(row_plane(k_rows, 2, nmask, W, DOT)), s)
     s = tl.dot(q3, tl.trans(row_plane(k_rows, 3, nmask, W, DOT)), s)
+    if SINKS > 0:
+        s = s - tl.where(tok[None, :] < SINKS, qc[:, None], 0.0)
     s = tl.where(nmask[None, :], s * qk_scale, float("-inf"))
     m_new, l_i, alpha, p = softmax_step(m_i, l_i, s)
     pd = p.to(DOT)
@@ -287,6 +290,18 @@ def fp_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, k_rows, v_rows, nm
     acc2 = tl.dot(pd, row_plane(v_rows, 2, nmask, W, DOT), acc2 * alpha[:, None])
     acc3 = tl.dot(pd, row_plane(v_rows, 3, nmask, W, DOT), acc3 * alpha[:, None])
     return m_new, l_i, acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def query_dot_center(q0, q1, q2, q3, cen_row, W: tl.constexpr):
+    """q . c in fp32 for every query row: cen_row points at the KV head's rotated offset c (D fp32)
+    -- the correction of the uncentered sinks' scores, computed where it is used."""
+    cols = tl.arange(0, W)
+    qc = tl.sum(q0.to(tl.float32) * tl.load(cen_row + 0 * W + cols)[None, :], axis=1)
+    qc += tl.sum(q1.to(tl.float32) * tl.load(cen_row + 1 * W + cols)[None, :], axis=1)
+    qc += tl.sum(q2.to(tl.float32) * tl.load(cen_row + 2 * W + cols)[None, :], axis=1)
+    qc += tl.sum(q3.to(tl.float32) * tl.load(cen_row + 3 * W + cols)[None, :], axis=1)
+    return qc
 
 
 @triton.jit
@@ -336,9 +351,10 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_ro
 
 @triton.jit
 def window_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, wtable_row, head_off,
-                stride_wb, stride_ws, wk_ptr, wv_ptr, qk_scale, WBS: tl.constexpr,
-                ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
-    """Positions [lo, hi) of one sequence from the paged full-precision window cache."""
+                stride_wb, stride_ws, wk_ptr, wv_ptr, qk_scale, qc, WBS: tl.constexpr,
+                ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr, SINKS: tl.constexpr):
+    """Positions [lo, hi) of one sequence from the paged full-precision window cache (positions
+    < SINKS, uncentered, get -qc)."""
     for n0 in range(lo, hi, N):
         tok = n0 + tl.arange(0, N)
         nmask = tok < hi
@@ -346,5 +362,5 @@ def window_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, wtable
         row = page.to(tl.int64) * stride_wb + (tok % WBS) * stride_ws + head_off
         m_i, l_i, acc0, acc1, acc2, acc3 = fp_tile(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, wk_ptr + row, wv_ptr + row, nmask,
-            qk_scale, ROWS, N, W, DOT)
+            qk_scale, tok, qc, ROWS, N, W, DOT, SINKS)
     return m_i, l_i, acc0, acc1, acc2, acc3

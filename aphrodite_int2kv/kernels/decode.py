@@ -30,7 +30,8 @@ import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels import interpreting
-from aphrodite_int2kv.kernels.common import LOG2E, empty_state, group_heads, int2_span, query_planes, window_span
+from aphrodite_int2kv.kernels.common import (LOG2E, empty_state, group_heads, int2_span, query_dot_center, query_planes,
+                                             window_span)
 
 
 # Integer arguments that follow the batch size (split and slot counts) or the configuration are
@@ -105,7 +106,7 @@ def _int2_decode_tail_kernel(
     seq_lens_ptr, part_out_ptr, part_lse_ptr, qk_scale,
     num_splits, total_splits,                    # runtime: slots of the split launch / of all partials
     head_len, window_len,
-    qc_ptr, stride_qcb,                          # [B, Hq] fp32 q.c of the uncentered sinks
+    cen_ptr, stride_cenb, stride_cenh,           # [B or 1, Hkv, D] fp32 rotated K offsets (SINKS > 0)
     wk_ptr, wv_ptr, stride_wb, stride_ws, stride_wh,   # recent window: paged [blocks, WBS, Hkv, D] K / V
     wbt_ptr, stride_wbt,                         # its block table [B, max_blocks] (logical block -> page)
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
@@ -134,8 +135,11 @@ def _int2_decode_tail_kernel(
     int2_len = tl.maximum(seq_len - window_len, 0)
     q0, q1, q2, q3 = query_planes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, DOT)
     m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_H, W)
+    if SINKS > 0:   # the uncentered sinks' score correction, in the int2 cache and in the window
+        qc = query_dot_center(q0, q1, q2, q3, cen_ptr + batch * stride_cenb + kv_head * stride_cenh, W)
+    else:
+        qc = tl.zeros([BLOCK_H], tl.float32)
     if SINKS > 0 and tail == window_programs:
-        qc = tl.load(qc_ptr + batch * stride_qcb + q_head, mask=hmask, other=0.0)
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.minimum(head_len, int2_len),
             block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
@@ -148,7 +152,7 @@ def _int2_decode_tail_kernel(
         m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi,
             wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
-            qk_scale, WBS, BLOCK_H, TAIL_N, W, DOT)
+            qk_scale, qc, WBS, BLOCK_H, TAIL_N, W, DOT, SINKS)
     store_partial(part_out_ptr, part_lse_ptr, (batch * NUM_Q_HEADS + q_head) * total_splits + num_splits + tail,
                   hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
 
@@ -265,6 +269,22 @@ def tail_slots(sinks: int, window_len: int) -> int:
     return -(-window_len // TAIL_N) + (1 if sinks else 0)
 
 
+def center_args(k_center, sinks: int, batch: int, num_kv_heads: int, head_dim: int, like, who: str):
+    """Kernel arguments (pointer, batch stride, head stride) of the K offsets [B, Hkv, D] or
+    [Hkv, D] (batch stride 0); placeholders without sinks."""
+    if not sinks:
+        return (like, 0, 0)
+    shape = tuple(k_center.shape) if k_center is not None else None
+    if shape not in ((batch, num_kv_heads, head_dim), (num_kv_heads, head_dim)) or \
+            k_center.dtype != torch.float32 or k_center.stride(-1) != 1:
+        raise ValueError(f"int2 {who}: sinks={sinks} needs k_center, fp32 [{batch}, {num_kv_heads}, {head_dim}] "
+                         f"or [{num_kv_heads}, {head_dim}] with contiguous rows; got "
+                         f"{None if k_center is None else (shape, k_center.dtype)}")
+    if k_center.dim() == 2:
+        return (k_center, 0, k_center.stride(0))
+    return (k_center, k_center.stride(0), k_center.stride(1))
+
+
 def _window_args(window, like):
     """Kernel arguments of the recent-window cache (placeholders when there is none)."""
     if not window:
@@ -279,7 +299,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 out: torch.Tensor | None = None, lloyd_max: bool = False,
                 workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
                 block_n: int = 64, num_warps: int = 4, num_stages: int | None = None, block_h: int | None = None,
-                sink_qc: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
+                k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
                 _upstream_head_map: bool = False) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
@@ -288,8 +308,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     `num_splits` is fixed by the caller so grids are identical between CUDA-graph capture and replay;
     `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated buffers, optional
     (S = num_splits + tail_slots(sinks, window)).
-    K centering: with `sinks` > 0, positions < sinks hold uncentered keys and `sink_qc` [B, Hq]
-    (fp32, q_rot . c_rot of the query's KV head) is subtracted from their scores.
+    K centering: with `sinks` > 0, positions < sinks hold uncentered keys (in the int2 cache and in
+    the window) and q_rot . c is subtracted from their scores; `k_center` (fp32 [B, Hkv, D], each
+    sequence's rotated offset, or [Hkv, D] for all) gives c, and the kernel computes q . c.
     Recent window: `window` = (k_win, v_win [blocks, window_block_size, Hkv, D] in the same rotated
     (and centered) basis, window_block_table [B, max_blocks] int32, R): the last R tokens of each
     sequence are read there in full precision.
@@ -302,8 +323,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         raise ValueError(f"int2 decode: {Hq} query heads are not a multiple of {Hkv} KV heads")
     assert kv_cache.dtype == torch.uint8 and kv_cache.shape[-1] == layout.slot_bytes
     assert kv_cache.stride(-1) == 1 and q_rot.stride(-1) == 1 and D == layout.head_dim
-    if sinks and (sink_qc is None or sink_qc.shape != (B, Hq) or sink_qc.stride(-1) != 1):
-        raise ValueError(f"int2 decode: sinks={sinks} needs sink_qc [B, Hq] = [{B}, {Hq}] contiguous in heads")
+    cen = center_args(k_center, sinks, B, Hkv, D, q_rot, "decode")
     ratio = Hq // Hkv
     if block_h is None:
         block_h = 16 if _upstream_head_map else block_h_for(ratio)
@@ -339,7 +359,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         _int2_decode_tail_kernel[(B, grid_heads, tail_programs)](
             q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
             part_out, part_lse, sm_scale * LOG2E, num_splits, total_splits, int(sinks), window_len,
-            sink_qc if sinks else part_lse, sink_qc.stride(0) if sinks else 0, *_window_args(window, q_rot),
+            *cen, *_window_args(window, q_rot),
             TAIL_N=TAIL_N, SINKS=int(sinks), WBS=window[0].shape[1] if window else 16, **heads,
             num_warps=4)   # one short tile: 4 warps keep it free of spills and load it in parallel
     _int2_decode_merge_kernel[(B, Hq)](

@@ -14,16 +14,16 @@ import triton
 import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
-from aphrodite_int2kv.kernels.common import LOG2E, empty_state, int2_span, softmax_step, window_span
+from aphrodite_int2kv.kernels.common import LOG2E, empty_state, int2_span, query_dot_center, softmax_step, window_span
 from aphrodite_int2kv.kernels import interpreting
-from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype
+from aphrodite_int2kv.kernels.decode import _window_args, center_args, dot_dtype
 
 
 # The engine passes its per-request tensors sliced after the decodes (seq_lens[num_decodes:], ...):
 # their addresses' 16-byte alignment follows the number of decodes in the step, so Triton would
 # compile a variant per alignment class in the serving path. Gathered one element at a time here,
 # they gain nothing from it (see decode.py, _RUNTIME_INTS).
-@triton.jit(do_not_specialize_on_alignment=["block_table_ptr", "seq_lens_ptr", "query_start_ptr", "qc_ptr", "wbt_ptr"])
+@triton.jit(do_not_specialize_on_alignment=["block_table_ptr", "seq_lens_ptr", "query_start_ptr", "cen_ptr", "wbt_ptr"])
 def _int2_prefill_kernel(
     q_ptr, stride_qt, stride_qh,                 # [T, Hq, D] rotated queries
     k_ptr, v_ptr, stride_kt, stride_kh, stride_vt, stride_vh,   # [T, Hkv, D] rotated chunk K/V
@@ -31,7 +31,7 @@ def _int2_prefill_kernel(
     cache_u8, cache_f16, stride_cb, stride_cs, stride_ch,
     block_table_ptr, stride_bt, query_start_ptr, seq_lens_ptr,
     qk_scale,
-    qc_ptr, stride_qct,                          # [T, Hq] fp32 q.c (K centering with SINKS > 0)
+    cen_ptr, stride_cenb, stride_cenh,           # [B or 1, Hkv, D] fp32 rotated K offsets (SINKS > 0)
     wk_ptr, wv_ptr, stride_wb, stride_ws, stride_wh, wbt_ptr, stride_wbt,   # recent window (decode.py)
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr, RATIO: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -65,7 +65,7 @@ def _int2_prefill_kernel(
     q3 = tl.load(q_rows + 3 * W, mask=rmask[:, None], other=0.0).to(DOT)
 
     if SINKS > 0:
-        qc = tl.load(qc_ptr + (q_start + rows) * stride_qct + q_head, mask=rmask, other=0.0)
+        qc = query_dot_center(q0, q1, q2, q3, cen_ptr + batch * stride_cenb + kv_head * stride_cenh, W)
     else:
         qc = tl.zeros([BLOCK_M], tl.float32)
     m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_M, W)
@@ -86,7 +86,7 @@ def _int2_prefill_kernel(
         m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, win_start, prefix_len,
             wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
-            qk_scale, WBS, BLOCK_M, BLOCK_N, W, DOT)
+            qk_scale, qc, WBS, BLOCK_M, BLOCK_N, W, DOT, SINKS)
 
     # Phase 2: the chunk itself in full precision, causal (chunk key j visible to row i if j <= i).
     chunk_end = tl.minimum(q_len, (q_block + 1) * BLOCK_M)
@@ -120,10 +120,11 @@ def _int2_prefill_kernel(
 def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, seq_lens,
                  max_query_len: int, layout: SlotLayout, sm_scale: float, out=None,
                  lloyd_max: bool = False, block_m: int = 64, block_n: int = 64,
-                 sink_qc: torch.Tensor | None = None, sinks: int = 0, window=None):
+                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None):
     """q_rot [T, Hq, D], k_rot/v_rot [T, Hkv, D] (the chunk, rotated) -> out [T, Hq, D] (rotated).
-    K centering: prefix positions < sinks hold uncentered keys; `sink_qc` [T, Hq] (q . c) is
-    subtracted from their scores (the chunk's own keys come in centered).
+    K centering: prefix positions < sinks hold uncentered keys (int2 and window); q . c is
+    subtracted from their scores, c from `k_center` (fp32 [B, Hkv, D] per sequence, or [Hkv, D]);
+    the chunk's own keys come in centered.
     Recent window (as in int2_decode): prefix positions >= prefix_len - (R - 1) are read from it."""
     T, Hq, D = q_rot.shape
     Hkv = k_rot.shape[1]
@@ -145,7 +146,7 @@ def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, se
         kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
         block_table, block_table.stride(0), query_start_loc, seq_lens,
         sm_scale * LOG2E,
-        sink_qc if sinks else q_rot, sink_qc.stride(0) if sinks else 0,
+        *center_args(k_center, sinks, B, Hkv, D, q_rot, "prefill"),
         *_window_args(window, q_rot),
         BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size, RATIO=Hq // Hkv,
         BLOCK_M=block_m, BLOCK_N=block_n,
