@@ -17,7 +17,10 @@ D, HQ, HKV, BS = 64, 6, 2, 16
 
 @pytest.fixture
 def impl(engine, monkeypatch):
+    """Plain int2 (no K centering), so that references are the plain quantizer's; the default
+    data-free centering has tests of its own below."""
     monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", "32")
+    monkeypatch.setenv("APHRODITE_INT2KV_K_CENTER_FIRST", "0")
     from aphrodite_int2kv.engine.backend import Int2AttentionImpl
 
     return Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
@@ -219,6 +222,7 @@ def test_per_kv_head_rotation_file_with_grouped_queries(engine, monkeypatch, tmp
     path, rot = _rotation_file(tmp_path, per_head=True)
     monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", "32")
     monkeypatch.setenv("APHRODITE_INT2KV_K_ROTATION", path)
+    monkeypatch.setenv("APHRODITE_INT2KV_K_CENTER_FIRST", "0")   # the rotation alone (no offsets in this file)
     impl = Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
     T = 30
     k, v, q = torch.randn(T, HKV, D, device=DEVICE), torch.randn(T, HKV, D, device=DEVICE), torch.randn(T, HQ, D, device=DEVICE)
@@ -261,6 +265,47 @@ def test_prefix_cache_hit_reads_the_shared_int2_blocks(impl):
     impl.forward(layer, q.reshape(8, -1), k[32:].reshape(8, -1), v[32:].reshape(8, -1), engine_view(cache),
                  meta_b, output=out)
     torch.testing.assert_close(out.view(8, HQ, D), _expected(q, k, v, 32, 32), atol=1e-4, rtol=0)
+
+
+def test_prefix_cache_hit_equals_recomputing_with_the_default_centering(engine, monkeypatch):
+    """The defaults (data-free K centering on): request B reuses A's two cached blocks and prefills
+    8 new tokens; its output equals recomputing B from scratch in a fresh cache (the offset is read
+    from the shared blocks, the same bytes either way), and the cache bytes show centering at work."""
+    from aphrodite_int2kv.engine.backend import Int2AttentionImpl
+
+    monkeypatch.delenv("APHRODITE_INT2KV_K_CENTER_FIRST", raising=False)
+    monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", "32")
+    torch.manual_seed(7)
+    layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
+    L = SlotLayout(D, 32)
+    k = torch.randn(40, HKV, D, device=DEVICE) + 5.0 * torch.randn(HKV, D, device=DEVICE)
+    v, q = torch.randn(40, HKV, D, device=DEVICE), torch.randn(8, HQ, D, device=DEVICE)
+
+    def run(center_first, reuse):
+        if center_first is not None:
+            monkeypatch.setenv("APHRODITE_INT2KV_K_CENTER_FIRST", str(center_first))
+        impl = Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
+        cache = torch.zeros(10, BS, HKV, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
+        table_b = torch.tensor([[6, 2, 4]], dtype=torch.int32, device=DEVICE)
+        # the first 32 tokens: A's prefill into blocks 6, 2 (reused by B), or B's own first chunk
+        table_first = torch.tensor([[6, 2, 9]], dtype=torch.int32, device=DEVICE) if reuse else table_b
+        sl = _slots(table_first, 0, 0, 32)
+        impl.do_kv_cache_update(layer, k[:32].reshape(32, -1), v[:32].reshape(32, -1), engine_view(cache), sl,
+                                attn_metadata=_meta([32], [32], table_first, sl, 0))
+        sl_b = _slots(table_b, 0, 32, 8)
+        meta_b = _meta([40], [8], table_b, sl_b, 0)
+        impl.do_kv_cache_update(layer, k[32:].reshape(8, -1), v[32:].reshape(8, -1), engine_view(cache), sl_b,
+                                attn_metadata=meta_b)
+        out = torch.empty(8, HQ * D, device=DEVICE)
+        impl.forward(layer, q.reshape(8, -1), k[32:].reshape(8, -1), v[32:].reshape(8, -1), engine_view(cache),
+                     meta_b, output=out)
+        return out, cache[[6, 2]]
+
+    hit, hit_bytes = run(None, reuse=True)
+    again, again_bytes = run(None, reuse=False)
+    assert torch.equal(hit, again) and torch.equal(hit_bytes, again_bytes)
+    plain, plain_bytes = run(0, reuse=True)
+    assert not torch.equal(hit_bytes, plain_bytes) and (hit - plain).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("RW", [1, 8, 100])
@@ -389,3 +434,6 @@ def test_data_free_centering_and_an_offsets_file_are_refused_together(engine, mo
     with pytest.raises(Int2ConfigError, match="K_CENTER_FIRST=999 must be between 0"):
         Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "999"})
     assert "first 16 keys" in Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "16"}).describe()
+    # the default (auto) centers from the data unless the file gives offsets
+    assert Int2Options.from_env({"APHRODITE_INT2KV_K_ROTATION": path}).k_center_first == 0
+    assert "file offsets" in Int2Options.from_env({"APHRODITE_INT2KV_K_ROTATION": path}).describe()

@@ -168,6 +168,10 @@ def test_options_defaults_and_values():
                               "APHRODITE_INT2KV_V_ROTATION": "none", "APHRODITE_INT2KV_K_CLIP": "0.9"})
     assert (o.group_size, o.std_range, o.lloyd_max, o.v_rotation, o.k_clip) == (64, False, False, "none", 0.9)
     assert Int2Options.from_env({"APHRODITE_INT2KV_LEVELS": "lloyd-max"}).lloyd_max
+    # data-free K centering is on by default (16 keys); 0 or 'auto' can be given
+    assert d.k_center_first == 16 and "first 16 keys" in d.describe()
+    assert Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "0"}).k_center_first == 0
+    assert Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "auto"}).k_center_first == 16
 
 
 def _hybrid_dir(tmp_path):

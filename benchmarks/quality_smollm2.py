@@ -17,7 +17,7 @@ import sys
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
 from aphrodite_int2kv.cli.eval import evaluate, print_table  # noqa: E402
-from aphrodite_int2kv.quality.schemes import Scheme, standard_schemes  # noqa: E402
+from aphrodite_int2kv.quality.schemes import Scheme, engine_default_scheme, standard_schemes  # noqa: E402
 
 
 def _levels(mode):
@@ -149,6 +149,8 @@ def main():
         schemes += [Scheme(f"int2 hadamard G64 std-range sink0 recent128 K-mean of first {n} (from int2), first {n} "
                            f"uncentered", "int2", group_size=64, std_range=True, center=True, center_skip=n,
                            center_from_cache=True, recent=128) for n in (16,)]
+    if "default" in parts:   # the engine's defaults (data-free K centering on since session 7)
+        schemes += [engine_default_scheme()]
     if "calibrated-skip" in parts:
         k, v = os.path.join(a.calibrated, "k_rotation.pt"), os.path.join(a.calibrated, "v_rotation.pt")
         schemes += [Scheme(f"int2 calibrated G32 sink0 recent{r} K-offset, first 4 uncentered", "int2",

@@ -149,6 +149,16 @@ def attention_fn(scheme: Scheme, transform: KVTransform, sm_scale: float):
     return attn
 
 
+def engine_default_scheme(group_size: int = 32):
+    """What `--kv-cache-dtype int2` does with no settings (engine/options.py) on a head_dim-64 model
+    such as SmolLM2: G = 32, std levels, Hadamard, the last 128 tokens in full precision, and
+    data-free K centering (each sequence's offset = the mean of its first 16 keys as int2 reads
+    them back; those 16 stored uncentered)."""
+    return Scheme(f"engine default (session 7): int2 hadamard G{group_size} std-range + recent128 + "
+                  f"data-free K-center 16", "int2", group_size=group_size, std_range=True, center=True,
+                  center_skip=16, center_from_cache=True, recent=128)
+
+
 def standard_schemes():
     """The default table of `aphrodite-int2kv eval` (issue: every row users compare)."""
     return [
@@ -169,4 +179,5 @@ def standard_schemes():
                recent=128, center=True),
         Scheme("engine default: int2 hadamard G32 std-range + recent128", "int2", group_size=32,
                std_range=True, recent=128),
+        engine_default_scheme(),
     ]
