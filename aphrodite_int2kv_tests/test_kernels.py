@@ -183,6 +183,23 @@ def test_decode_matches_reference(D, G, Hq, Hkv, BS, splits):
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("D,G,Hq,Hkv,BS,splits", DECODE_CASES[:8])
+def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits):
+    """The folded tile (int2_decode(fold=True): codes straight into the dots, scale and zero applied
+    to the dot products) against the reference; with sinks (their -q.c) on half the cases."""
+    L = SlotLayout(D, G)
+    seq_lens = [37, 1, 150, 0]
+    cache, bt, _ = paged_cache(L, seq_lens, Hkv, BS)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    S = 5 if Hq % 2 == 0 else 0
+    c = 2.0 * torch.randn(Hkv, D, device=DEVICE)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, fold=True, sinks=S, k_center=c if S else None)
+    ref = R.decode_reference(q[:3], cache, bt, sl[:3], L, D ** -0.5, sinks=S, k_center=c)
+    torch.testing.assert_close(out[:3].float(), ref, atol=ATOL, rtol=0)
+    assert torch.isfinite(out).all()
+
+
 @pytest.mark.parametrize("D,G,Hq,Hkv,batch", [(128, 32, 32, 4, 3), (128, 64, 12, 2, 1), (64, 32, 8, 8, 5),
                                                (256, 64, 16, 2, 2), (256, 32, 48, 2, 1)])
 def test_decode_with_the_engine_launch_config(D, G, Hq, Hkv, batch):

@@ -217,6 +217,8 @@ def main():
     ap.add_argument("--lloyd", action="store_true",
                     help="also time Lloyd-Max levels (the engine default) on the same cache: int2_lloyd_us")
     ap.add_argument("--graph", action="store_true", help="time CUDA-graph replays (see Timer)")
+    ap.add_argument("--fold", action="store_true",
+                    help="also time the folded tile (int2_decode(fold=True): scale/zero on the dot products)")
     ap.add_argument("--out", default="decode_attention_h200.json")
     args = ap.parse_args()
 
@@ -269,6 +271,23 @@ def main():
                         traceback.print_exc()
                         int2_us = float("nan")
                     extra = {}
+                    if args.fold:   # the folded tile (kernels/common.py int2_tile_folded), same launch
+                        fnf = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
+                                                  workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                                                  num_stages=cfg.num_stages, block_h=cfg.block_h, fold=True)
+                        try:
+                            fn()
+                            ref_out = out.clone()
+                            fnf()
+                            fold_err = (out.float() - ref_out.float()).abs().max().item()
+                            f_us = timer.median_us(fnf, iters=args.iters)
+                        except Exception:
+                            traceback.print_exc()
+                            f_us, fold_err = float("nan"), float("nan")
+                        extra.update(int2_fold_us=round(f_us, 2), fold_speedup=round(int2_us / f_us, 3),
+                                     fold_max_abs_diff=fold_err)
+                        log(f"    folded tile: {f_us:.1f} us ({int2_us / f_us:.2f}x the per-code dequant; "
+                            f"max |diff| {fold_err:.2e})")
                     if args.lloyd:
                         fnl = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                                   workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,

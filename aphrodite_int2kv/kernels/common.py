@@ -85,6 +85,21 @@ def _plane_asm(p: int, lloyd_levels=None) -> str:
     return _LLOYD_ASM.format(**fmt, c0=_f16x2(c[0]), c1=_f16x2(c[1]), c2=_f16x2(c[2]), c3=_f16x2(c[3]))
 
 
+# Folded tiles (int2_tile_folded): the plane's codes enter the tensor cores as the exact fp16
+# numbers M_p + code (M_p = 2**(10 - 2p)), two PRMT and two LOP3 per 4 codes and nothing else.
+_RAW_ASM = "{{\n.reg .b32 lo, hi;\nprmt.b32 lo, $2, 0, 0x5140;\nprmt.b32 hi, $2, 0, 0x5342;\n" \
+           "lop3.b32 $0, lo, {mask}, {magic}, 0xEA;\nlop3.b32 $1, hi, {mask}, {magic}, 0xEA;\n}}\n"
+
+
+def _raw_asm(p: int) -> str:
+    half = 0x6400 - (p << 11)
+    return _RAW_ASM.format(mask=hex((0x00030003 << (2 * p)) & 0xFFFFFFFF), magic=hex(half | (half << 16)))
+
+
+RAW_ASM_0 = tl.constexpr(_raw_asm(0))
+RAW_ASM_1 = tl.constexpr(_raw_asm(1))
+RAW_ASM_2 = tl.constexpr(_raw_asm(2))
+RAW_ASM_3 = tl.constexpr(_raw_asm(3))
 PLANE_ASM_0 = tl.constexpr(_plane_asm(0))
 PLANE_ASM_1 = tl.constexpr(_plane_asm(1))
 PLANE_ASM_2 = tl.constexpr(_plane_asm(2))
@@ -262,6 +277,151 @@ def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
 
 
 @triton.jit
+def raw_plane(packed, P: tl.constexpr, FAST: tl.constexpr):
+    """Plane P of packed uint8 codes [N, W] -> M_P + code (M_P = 2**(10 - 2P), exact) as fp16 on
+    the GPU; the plain code in fp32 under the interpreter (no inline assembly there), so CPU tests
+    check the folding of scale and zero and the GPU tests the M_P terms too."""
+    if FAST:
+        if P == 0:
+            asm: tl.constexpr = RAW_ASM_0
+        elif P == 1:
+            asm: tl.constexpr = RAW_ASM_1
+        elif P == 2:
+            asm: tl.constexpr = RAW_ASM_2
+        else:
+            asm: tl.constexpr = RAW_ASM_3
+        return tl.inline_asm_elementwise(asm, "=r,=r,r", [packed], dtype=tl.float16, is_pure=True, pack=4)
+    else:   # the interpreter: the plain code (magic(P, FAST) = 0), fp32
+        return ((packed >> (2 * P)) & 3).to(tl.float32)
+
+
+@triton.jit
+def magic(P: tl.constexpr, FAST: tl.constexpr):
+    """The offset raw_plane adds to plane P's codes: 2**(10 - 2P) on the GPU, 0 interpreted."""
+    if FAST:
+        return 1 << (10 - 2 * P)
+    else:
+        return 0
+
+
+@triton.jit
+def _in_group(P: tl.constexpr, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr):
+    """Columns of plane P that lie in group g: [W] int1 (all of them when G >= W)."""
+    cols = P * W + tl.arange(0, W)
+    return (cols >= g * G) & (cols < (g + 1) * G)
+
+
+@triton.jit
+def _overlaps(P: tl.constexpr, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr):
+    return (P * W < (g + 1) * G) and (g * G < (P + 1) * W)
+
+
+@triton.jit
+def folded_query_sums(q0, q1, q2, q3, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
+                      ROWS: tl.constexpr, FAST: tl.constexpr):
+    """Per query row, over group g's columns: (sum of q, sum over planes of magic(P) * that sum in
+    plane P) -- constants of the program, computed once before its tiles."""
+    qsum = tl.zeros([ROWS], tl.float32)
+    qmag = tl.zeros([ROWS], tl.float32)
+    for P in tl.static_range(4):
+        if _overlaps(P, g, W, G):
+            if P == 0:
+                qp = q0
+            elif P == 1:
+                qp = q1
+            elif P == 2:
+                qp = q2
+            else:
+                qp = q3
+            part = tl.sum(tl.where(_in_group(P, g, W, G)[None, :], qp.to(tl.float32), 0.0), axis=1)
+            qsum += part
+            qmag += part * magic(P, FAST)
+    return qsum, qmag
+
+
+@triton.jit
+def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags,
+                     cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc,
+                     ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+                     OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
+                     OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr,
+                     FAST: tl.constexpr, SINKS: tl.constexpr):
+    """int2_tile with uniform levels, scale and zero folded into the dots (no per-code arithmetic).
+    K is the MMA's row operand (tokens as rows, query heads as columns), so per-token scales
+    multiply the [N, ROWS] group dot products (raw = M_P + code, raw_plane):
+
+        s[t, h] = sum_g ks[t, g] * (raw_g[t, :] . q_g[h, :] - qmag_g[h]) + kz[t, g] * qsum_g[h]
+
+    V's scale goes into P per group, its zero (and the M_P of the raw codes) into a bias per head:
+        o[h, c in P, g] += sum_t (p vs_g)[h, t] raw[t, c] + (sum_t p vz_g)[h] - M_P (sum_t p vs_g)[h].
+    qsums / qmags [ROWS, NG]: folded_query_sums of every group."""
+    cols = tl.arange(0, W)
+    meta = cache_f16 + slot // 2
+    kbytes = tl.load(cache_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
+    vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
+    k_scale = load_meta(meta, nmask, OFF_KS, NG).to(tl.float32)
+    k_zero = load_meta(meta, nmask, OFF_KZ, NG).to(tl.float32)
+    v_scale = load_meta(meta, nmask, OFF_VS, NG).to(tl.float32)
+    v_zero = load_meta(meta, nmask, OFF_VZ, NG).to(tl.float32)
+
+    # --- scores, tokens as rows: sT [N, ROWS]
+    sT = tl.zeros([N, ROWS], tl.float32)
+    for g in tl.static_range(NG):
+        # the group's dot starts from -qmag, so one multiply-add per score applies the scale
+        dg = tl.zeros([N, ROWS], tl.float32) - column(qmags, g, NG, ROWS)[None, :]
+        for P in tl.static_range(4):
+            if _overlaps(P, g, W, G):
+                if P == 0:
+                    qp = q0
+                elif P == 1:
+                    qp = q1
+                elif P == 2:
+                    qp = q2
+                else:
+                    qp = q3
+                if G < W:
+                    qp = tl.where(_in_group(P, g, W, G)[None, :], qp, 0.0)
+                dg = tl.dot(raw_plane(kbytes, P, FAST).to(DOT), tl.trans(qp), dg)
+        sT += column(k_scale, g, NG, N)[:, None] * dg + \
+            column(k_zero, g, NG, N)[:, None] * column(qsums, g, NG, ROWS)[None, :]
+    if SINKS > 0:
+        sT = sT - tl.where(tok[:, None] < SINKS, qc[None, :], 0.0)
+    sT = tl.where(nmask[:, None], sT * qk_scale, float("-inf"))
+
+    m_new = tl.maximum(m_i, tl.max(sT, axis=0))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    pT = tl.exp2(sT - m_safe[None, :])
+    l_i = l_i * alpha + tl.sum(pT, axis=0)
+
+    # --- P.V: per group, P scaled by its V scales; per plane of the group, one dot and the bias
+    acc0 = acc0 * alpha[:, None]
+    acc1 = acc1 * alpha[:, None]
+    acc2 = acc2 * alpha[:, None]
+    acc3 = acc3 * alpha[:, None]
+    for g in tl.static_range(NG):
+        ps = pT * column(v_scale, g, NG, N)[:, None]                     # [N, ROWS]
+        pz = tl.sum(pT * column(v_zero, g, NG, N)[:, None], axis=0)      # [ROWS]
+        psum = tl.sum(ps, axis=0)
+        pg = tl.trans(ps).to(DOT)                                        # [ROWS, N]
+        for P in tl.static_range(4):
+            if _overlaps(P, g, W, G):
+                o = tl.dot(pg, raw_plane(vbytes, P, FAST).to(DOT))
+                o = o + (pz - psum * magic(P, FAST))[:, None]
+                if G < W:
+                    o = tl.where(_in_group(P, g, W, G)[None, :], o, 0.0)
+                if P == 0:
+                    acc0 += o
+                elif P == 1:
+                    acc1 += o
+                elif P == 2:
+                    acc2 += o
+                else:
+                    acc3 += o
+    return m_new, l_i, acc0, acc1, acc2, acc3
+
+
+@triton.jit
 def row_plane(rows, P: tl.constexpr, nmask, W: tl.constexpr, DOT: tl.constexpr):
     """Columns [P*W, (P+1)*W) of N full-precision rows (pointers [N]) as DOT [N, W]."""
     cols = tl.arange(0, W)
@@ -311,17 +471,35 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
                 SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
                 L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
-                FAST: tl.constexpr, SINKS: tl.constexpr):
-    """Tiles starting at lo, lo + N, ... below hi; positions >= end are masked."""
+                FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False):
+    """Tiles starting at lo, lo + N, ... below hi; positions >= end are masked. FOLD (uniform
+    levels only): int2_tile_folded instead of int2_tile."""
+    if FOLD and not LLOYD:     # the query's per-group sums, [ROWS, NG], once per span
+        gidx = tl.arange(0, NG)[None, :]
+        qsums = tl.zeros([ROWS, NG], tl.float32)
+        qmags = tl.zeros([ROWS, NG], tl.float32)
+        for g in tl.static_range(NG):
+            qsum, qmag = folded_query_sums(q0, q1, q2, q3, g, W, G, ROWS, FAST)
+            qsums = tl.where(gidx == g, qsum[:, None], qsums)
+            qmags = tl.where(gidx == g, qmag[:, None], qmags)
+    else:
+        qsums = tl.zeros([ROWS, NG], tl.float32)
+        qmags = qsums
     for n0 in range(lo, hi, N):
         tok = n0 + tl.arange(0, N)
         nmask = tok < end
         page = tl.load(table_row + tok // BLOCK_SIZE, mask=nmask, other=0)
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
-        m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-            cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+        if FOLD and not LLOYD:
+            m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile_folded(
+                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags,
+                cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG,
+                OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, SINKS)
+        else:
+            m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
+                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
+                cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG, SEG,
+                OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
     return m_i, l_i, acc0, acc1, acc2, acc3
 
 
@@ -332,7 +510,7 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_ro
               SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
               OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
               L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
-              FAST: tl.constexpr, SINKS: tl.constexpr):
+              FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False):
     """Positions [lo, hi) of one sequence from the paged int2 cache, N at a time. table_row: the
     sequence's block-table row (pointer); head_off: the KV head's byte offset in a token's row.
     Only the tiles holding positions < SINKS pay for the sink correction (their own loop)."""
@@ -346,7 +524,7 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_ro
     return _int2_tiles(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, sink_hi, hi, hi, table_row, head_off,
         stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE, ROWS, N, W, G, NG, SEG,
-        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0)
+        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD)
 
 
 @triton.jit
