@@ -317,6 +317,19 @@ def _overlaps(P: tl.constexpr, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr
 
 
 @triton.jit
+def plane_of(P: tl.constexpr, x0, x1, x2, x3):
+    """x_P of four per-plane values (P a constexpr: no code for the others)."""
+    if P == 0:
+        return x0
+    elif P == 1:
+        return x1
+    elif P == 2:
+        return x2
+    else:
+        return x3
+
+
+@triton.jit
 def folded_query_sums(q0, q1, q2, q3, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
                       ROWS: tl.constexpr, FAST: tl.constexpr):
     """Per query row, over group g's columns: (sum of q, sum over planes of magic(P) * that sum in
@@ -325,14 +338,7 @@ def folded_query_sums(q0, q1, q2, q3, g: tl.constexpr, W: tl.constexpr, G: tl.co
     qmag = tl.zeros([ROWS], tl.float32)
     for P in tl.static_range(4):
         if _overlaps(P, g, W, G):
-            if P == 0:
-                qp = q0
-            elif P == 1:
-                qp = q1
-            elif P == 2:
-                qp = q2
-            else:
-                qp = q3
+            qp = plane_of(P, q0, q1, q2, q3)
             part = tl.sum(tl.where(_in_group(P, g, W, G)[None, :], qp.to(tl.float32), 0.0), axis=1)
             qsum += part
             qmag += part * magic(P, FAST)
@@ -371,14 +377,7 @@ def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qm
         dg = tl.zeros([N, ROWS], tl.float32) - column(qmags, g, NG, ROWS)[None, :]
         for P in tl.static_range(4):
             if _overlaps(P, g, W, G):
-                if P == 0:
-                    qp = q0
-                elif P == 1:
-                    qp = q1
-                elif P == 2:
-                    qp = q2
-                else:
-                    qp = q3
+                qp = plane_of(P, q0, q1, q2, q3)
                 if G < W:
                     qp = tl.where(_in_group(P, g, W, G)[None, :], qp, 0.0)
                 dg = tl.dot(raw_plane(kbytes, P, FAST).to(DOT), tl.trans(qp), dg)
