@@ -398,11 +398,14 @@ def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qm
     acc1 = acc1 * alpha[:, None]
     acc2 = acc2 * alpha[:, None]
     acc3 = acc3 * alpha[:, None]
+    # per head and group: sum_t p vz_g and sum_t p vs_g, two small dots instead of 2 NG reductions
+    p_rows = tl.trans(pT).to(DOT)                                        # [ROWS, N]
+    pzs = tl.dot(p_rows, v_zero.to(DOT))                                 # [ROWS, NG]
+    pss = tl.dot(p_rows, v_scale.to(DOT))
     for g in tl.static_range(NG):
-        ps = pT * column(v_scale, g, NG, N)[:, None]                     # [N, ROWS]
-        pz = tl.sum(pT * column(v_zero, g, NG, N)[:, None], axis=0)      # [ROWS]
-        psum = tl.sum(ps, axis=0)
-        pg = tl.trans(ps).to(DOT)                                        # [ROWS, N]
+        pz = column(pzs, g, NG, ROWS)
+        psum = column(pss, g, NG, ROWS)
+        pg = p_rows * column(v_scale, g, NG, N).to(DOT)[None, :]         # [ROWS, N]: P with V's scales
         for P in tl.static_range(4):
             if _overlaps(P, g, W, G):
                 o = tl.dot(pg, raw_plane(vbytes, P, FAST).to(DOT))
