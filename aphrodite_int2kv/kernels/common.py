@@ -394,10 +394,11 @@ def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qm
     l_i = l_i * alpha + tl.sum(pT, axis=0)
 
     # --- P.V: per group, P scaled by its V scales; per plane of the group, one dot and the bias
-    acc0 = acc0 * alpha[:, None]
-    acc1 = acc1 * alpha[:, None]
-    acc2 = acc2 * alpha[:, None]
-    acc3 = acc3 * alpha[:, None]
+    if G < W:   # planes of several groups: rescale first, then add each group's columns
+        acc0 = acc0 * alpha[:, None]
+        acc1 = acc1 * alpha[:, None]
+        acc2 = acc2 * alpha[:, None]
+        acc3 = acc3 * alpha[:, None]
     # per head and group: sum_t p vz_g and sum_t p vs_g, two small dots instead of 2 NG reductions
     p_rows = tl.trans(pT).to(DOT)                                        # [ROWS, N]
     pzs = tl.dot(p_rows, v_zero.to(DOT))                                 # [ROWS, NG]
@@ -408,18 +409,21 @@ def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qm
         pg = p_rows * column(v_scale, g, NG, N).to(DOT)[None, :]         # [ROWS, N]: P with V's scales
         for P in tl.static_range(4):
             if _overlaps(P, g, W, G):
-                o = tl.dot(pg, raw_plane(vbytes, P, FAST).to(DOT))
-                o = o + (pz - psum * magic(P, FAST))[:, None]
-                if G < W:
-                    o = tl.where(_in_group(P, g, W, G)[None, :], o, 0.0)
+                acc = plane_of(P, acc0, acc1, acc2, acc3)
+                bias = (pz - psum * magic(P, FAST))[:, None]
+                if G < W:   # the plane holds several groups: this one's columns only
+                    o = tl.dot(pg, raw_plane(vbytes, P, FAST).to(DOT)) + bias
+                    acc += tl.where(_in_group(P, g, W, G)[None, :], o, 0.0)
+                else:       # one group per plane: rescale, bias and accumulate in the MMA itself
+                    acc = tl.dot(pg, raw_plane(vbytes, P, FAST).to(DOT), acc * alpha[:, None] + bias)
                 if P == 0:
-                    acc0 += o
+                    acc0 = acc
                 elif P == 1:
-                    acc1 += o
+                    acc1 = acc
                 elif P == 2:
-                    acc2 += o
+                    acc2 = acc
                 else:
-                    acc3 += o
+                    acc3 = acc
     return m_new, l_i, acc0, acc1, acc2, acc3
 
 
