@@ -83,6 +83,21 @@ def test_eval_cli_prints_the_table(tmp_path, capsys):
         "scheme", "bits_per_element", "ppl", "fp_ppl", "rel_increase", "late_rel_increase", "tokens", "text"}
 
 
+def test_eval_cli_reproduces_the_engines_data_free_centering(tmp_path, capsys):
+    """`--center-first N`: the engine's default centering (the mean of the first N keys as int2
+    reads them back) as a custom row; it changes the perplexity, and --center with it is refused."""
+    rows = {}
+    for first in (0, 16):
+        out = tmp_path / f"rows{first}.json"
+        assert cli(["eval", "--schemes", "custom", "--tokens", "256", "--windows", "1", "--recent", "32",
+                    "--center-first", str(first), "--json", str(out)]) == 0
+        rows[first] = json.loads(out.read_text())[1]
+    assert "K-mean of first 16" in rows[16]["scheme"] and "K-mean" not in rows[0]["scheme"]
+    assert rows[16]["ppl"] != rows[0]["ppl"]
+    assert cli(["eval", "--schemes", "custom", "--center", "--center-first", "16"]) == 2
+    assert "pick one" in capsys.readouterr().err
+
+
 def test_longctx_items_are_unambiguous():
     from aphrodite_int2kv.quality.longctx import needle_items, position_items
 

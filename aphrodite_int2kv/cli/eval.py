@@ -27,6 +27,10 @@ def add_parser(sub):
     p.add_argument("--recent", type=int, default=0, help="full-precision recent window (tokens)")
     p.add_argument("--sink", type=int, default=0, help="full-precision first tokens")
     p.add_argument("--center", action="store_true", help="subtract a per-head K offset before quantizing")
+    p.add_argument("--center-first", type=int, default=0,
+                   help="data-free K centering as the engine does it (APHRODITE_INT2KV_K_CENTER_FIRST, default "
+                        "16 there): each window's offset is the mean of its first N keys as int2 reads them back, "
+                        "those N stored uncentered; 0 = off")
     p.add_argument("--json", default=None, help="write the rows (a JSON list) here")
     p.set_defaults(func=run)
 
@@ -100,12 +104,20 @@ def run(args) -> int:
     elif args.schemes == "custom":
         name = (f"int2 G{args.group_size} K-rot={args.k_rotation} V-rot={args.v_rotation}"
                 f" levels={args.levels} clip{args.k_clip}/{args.v_clip}"
-                f" sink{args.sink} recent{args.recent}{' K-center' if args.center else ''}")
+                f" sink{args.sink} recent{args.recent}{' K-center' if args.center else ''}"
+                f"{f' K-mean of first {args.center_first}' if args.center_first else ''}")
+        if args.center and args.center_first:
+            print("--center and --center-first are two ways of centering K; pick one", file=sys.stderr)
+            return 2
+        if args.center_first < 0:
+            print(f"--center-first {args.center_first}: a number of tokens, 0 = off", file=sys.stderr)
+            return 2
+        free = dict(center=True, center_skip=args.center_first, center_from_cache=True) if args.center_first else {}
         schemes = [Scheme("fp", "fp"),
                    Scheme(name, "int2", group_size=args.group_size, k_rotation=args.k_rotation,
                           v_rotation=args.v_rotation, k_clip=args.k_clip, v_clip=args.v_clip,
                           lloyd_max=args.levels == "lloyd-max", std_range=args.levels == "std",
-                          recent=args.recent, sink=args.sink, center=args.center)]
+                          recent=args.recent, sink=args.sink, **({"center": args.center} | free))]
     else:
         print(f"--schemes must be 'standard' or 'custom', not {args.schemes!r}", file=sys.stderr)
         return 2
