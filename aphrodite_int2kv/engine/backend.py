@@ -27,7 +27,7 @@ from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
 from aphrodite_int2kv.kernels.prefill import int2_prefill
-from aphrodite_int2kv.kernels.centers import sequence_centers as centers_kernel
+from aphrodite_int2kv.kernels.centers import sequence_centers
 from aphrodite_int2kv.kernels.store import Centering, int2_store, window_store
 from aphrodite_int2kv.engine.window import window_name, window_views
 
@@ -282,11 +282,6 @@ def step_tokens(m, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     except TypeError:           # metadata without weak references: no reuse, still correct
         _STEP_TOKENS[0] = None
     return req, pos
-
-
-def sequence_centers(cache, block_table, seq_lens, layout: SlotLayout, first: int, lloyd_max=False):
-    """Data-free K offset of each request [B, Hkv, D] fp32 (kernels/centers.py)."""
-    return centers_kernel(cache, block_table, seq_lens, layout, first, lloyd_max)
 
 
 def _rows(center, lo, hi):

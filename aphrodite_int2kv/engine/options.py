@@ -17,6 +17,7 @@ cores and workers inherit it). Validated at start-up with errors that name the v
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 
 from aphrodite_int2kv.int2.format import GROUP_SIZES, Int2ConfigError, default_group_size
@@ -35,12 +36,20 @@ def _center_first(raw: str):
 
 
 def _file_offsets(rotation: str) -> bool:
-    """Whether a K rotation setting is a file that carries K offsets ('k_offset')."""
+    """Whether a K rotation setting is a file that carries K offsets ('k_offset'). Options are read
+    per layer, and resolving K_CENTER_FIRST=auto, validating and describing each ask this: the file
+    is loaded once per version of it (path, size, mtime), not three times per layer."""
     if rotation in ("hadamard", "none") or not os.path.isfile(rotation):
         return False
+    st = os.stat(rotation)
+    return _file_offsets_cached(rotation, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=16)
+def _file_offsets_cached(path: str, size: int, mtime_ns: int) -> bool:
     from aphrodite_int2kv.int2.rotation import file_has_k_offsets
 
-    return file_has_k_offsets(rotation)
+    return file_has_k_offsets(path)
 
 
 def _group(raw: str):
@@ -136,9 +145,7 @@ class Int2Options:
 
     def describe(self, head_dim: int | None = None) -> str:
         quant = {"std": "levels=std", "minmax": "levels=minmax", "lloyd-max": "levels=Lloyd-Max"}[self.levels]
-        from aphrodite_int2kv.int2.rotation import file_has_k_offsets
-
-        center = self.k_rotation not in ("hadamard", "none") and file_has_k_offsets(self.k_rotation)
+        center = _file_offsets(self.k_rotation)
         if head_dim is not None:
             group = str(self.group_for(head_dim)) + (" (auto)" if self.group_size is None else "")
         else:

@@ -139,6 +139,19 @@ def load_meta(meta_f16, nmask, OFF: tl.constexpr, NG: tl.constexpr):
 
 
 @triton.jit
+def load_slots(cache_u8, cache_f16, slot, nmask, W: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr,
+               OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr):
+    """A tile's slots (byte offsets [N], valid where nmask): K and V code bytes [N, W] uint8 and the
+    four metadata tiles [N, NG] fp16 (K scale, K zero, V scale, V zero)."""
+    cols = tl.arange(0, W)
+    meta = cache_f16 + slot // 2                      # slots are 16-byte aligned
+    kbytes = tl.load(cache_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
+    vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
+    return (kbytes, vbytes, load_meta(meta, nmask, OFF_KS, NG), load_meta(meta, nmask, OFF_KZ, NG),
+            load_meta(meta, nmask, OFF_VS, NG), load_meta(meta, nmask, OFF_VZ, NG))
+
+
+@triton.jit
 def plane_meta(tile, P: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
                NG: tl.constexpr, SEG: tl.constexpr):
     """Scale (or zero) of every element of plane P: [N, 1] when the plane lies in one group,
@@ -234,14 +247,8 @@ def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
     first SINKS positions of a sequence are stored uncentered: their scores get -q.c (qc [ROWS],
     tok [N] the tokens' positions) so that every score is the uncentered one minus the same q.c.
     Returns the updated (m_i, l_i, acc0, acc1, acc2, acc3)."""
-    cols = tl.arange(0, W)
-    meta = cache_f16 + slot // 2                      # slots are 16-byte aligned
-    kbytes = tl.load(cache_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
-    vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
-    k_scale = load_meta(meta, nmask, OFF_KS, NG)
-    k_zero = load_meta(meta, nmask, OFF_KZ, NG)
-    v_scale = load_meta(meta, nmask, OFF_VS, NG)
-    v_zero = load_meta(meta, nmask, OFF_VZ, NG)
+    kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
+        cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
 
     # K is dequantized token-major ([N, W]: each token's bytes contiguous, wide loads) and
     # transposed for the dot.
@@ -361,14 +368,12 @@ def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qm
     V's scale goes into P per group, its zero (and the M_P of the raw codes) into a bias per head:
         o[h, c in P, g] += sum_t (p vs_g)[h, t] raw[t, c] + (sum_t p vz_g)[h] - M_P (sum_t p vs_g)[h].
     qsums / qmags [ROWS, NG]: folded_query_sums of every group."""
-    cols = tl.arange(0, W)
-    meta = cache_f16 + slot // 2
-    kbytes = tl.load(cache_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
-    vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
-    k_scale = load_meta(meta, nmask, OFF_KS, NG).to(tl.float32)
-    k_zero = load_meta(meta, nmask, OFF_KZ, NG).to(tl.float32)
-    v_scale = load_meta(meta, nmask, OFF_VS, NG).to(tl.float32)
-    v_zero = load_meta(meta, nmask, OFF_VZ, NG).to(tl.float32)
+    kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
+        cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
+    k_scale = k_scale.to(tl.float32)
+    k_zero = k_zero.to(tl.float32)
+    v_scale = v_scale.to(tl.float32)
+    v_zero = v_zero.to(tl.float32)
 
     # --- scores, tokens as rows: sT [N, ROWS]
     sT = tl.zeros([N, ROWS], tl.float32)
