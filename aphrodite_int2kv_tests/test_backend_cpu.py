@@ -437,3 +437,27 @@ def test_data_free_centering_and_an_offsets_file_are_refused_together(engine, mo
     # the default (auto) centers from the data unless the file gives offsets
     assert Int2Options.from_env({"APHRODITE_INT2KV_K_ROTATION": path}).k_center_first == 0
     assert "file offsets" in Int2Options.from_env({"APHRODITE_INT2KV_K_ROTATION": path}).describe()
+
+
+def test_decode_tile_option(engine):
+    """DECODE_TILE: auto = folded for uniform levels and per-code for Lloyd-Max; folded with
+    Lloyd-Max and unknown names are refused, naming the variable; the kernel refuses it too."""
+    from aphrodite_int2kv.engine.options import Int2Options
+    from aphrodite_int2kv.int2.format import Int2ConfigError
+    from aphrodite_int2kv.kernels.decode import int2_decode
+
+    assert Int2Options.from_env({}).fold_decode
+    assert "decode tile=folded" in Int2Options.from_env({}).describe()
+    assert not Int2Options.from_env({"APHRODITE_INT2KV_LEVELS": "lloyd-max"}).fold_decode
+    assert not Int2Options.from_env({"APHRODITE_INT2KV_DECODE_TILE": "per-code"}).fold_decode
+    assert Int2Options.from_env({"APHRODITE_INT2KV_DECODE_TILE": " Folded",
+                                 "APHRODITE_INT2KV_LEVELS": "minmax"}).fold_decode
+    with pytest.raises(Int2ConfigError, match="DECODE_TILE=folded needs uniform levels"):
+        Int2Options.from_env({"APHRODITE_INT2KV_DECODE_TILE": "folded", "APHRODITE_INT2KV_LEVELS": "lloyd-max"})
+    with pytest.raises(Int2ConfigError, match="DECODE_TILE='fast' is not one of auto, folded, per-code"):
+        Int2Options.from_env({"APHRODITE_INT2KV_DECODE_TILE": "fast"})
+    L = SlotLayout(D, 32)
+    with pytest.raises(ValueError, match="folded tile .* needs uniform levels"):
+        int2_decode(torch.zeros(1, HKV, D), torch.zeros(1, 16, HKV, L.slot_bytes, dtype=torch.uint8),
+                    torch.zeros(1, 1, dtype=torch.int32), torch.ones(1, dtype=torch.int32), L, 1.0, 1,
+                    lloyd_max=True, fold=True)

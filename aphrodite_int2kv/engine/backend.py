@@ -500,7 +500,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             int2_decode(q[:nd], cache, m.block_table[:m.num_decodes], m.seq_lens[:m.num_decodes],
                         self.layout, self.scale, cfg.num_splits, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max,
                         block_n=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                        block_h=cfg.block_h, sinks=sinks,
+                        block_h=cfg.block_h, sinks=sinks, fold=self.opts.fold_decode,
                         k_center=_rows(center, 0, m.num_decodes) if sinks else None,
                         window=(win[0], win[1], win[2].block_table[:m.num_decodes], self.window) if win else None)
         if m.num_prefills:

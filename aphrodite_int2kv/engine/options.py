@@ -12,6 +12,7 @@ cores and workers inherit it). Validated at start-up with errors that name the v
 | APHRODITE_INT2KV_K_CENTER_SKIP | 4 | with K offsets: the first N tokens of each sequence (attention sinks) are stored uncentered |
 | APHRODITE_INT2KV_K_CENTER_FIRST | auto | data-free K centering: the offset of each sequence is the mean of its first N keys as the cache holds them (those N stay uncentered); auto = 16 (+2.5 % PPL on SmolLM2 instead of +4.2 %, -0.9 % decode throughput at 32K), or 0 (off) when the K rotation file carries offsets; 0 = off |
 | APHRODITE_INT2KV_RECENT_WINDOW | 128 | the last R tokens of each sequence are also kept in bf16/fp16 and read from there (0 = off) |
+| APHRODITE_INT2KV_DECODE_TILE | auto | decode's int2 tile: `folded` (codes straight into the tensor cores, scale and zero applied to the dot products; uniform levels only), `per-code` (each code dequantized first); auto = folded for `std`/`minmax` levels, per-code for `lloyd-max` |
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from aphrodite_int2kv.int2.quantizer import check_options
 
 PREFIX = "APHRODITE_INT2KV_"
 LEVELS = ("std", "minmax", "lloyd-max")
+DECODE_TILES = ("auto", "folded", "per-code")
 
 
 DATA_FREE_FIRST = 16     # measured best on SmolLM2 (docs/quality.md)
@@ -68,6 +70,7 @@ class Int2Options:
     k_center_skip: int = 4
     k_center_first: int = 16          # from_env: 0 when the K rotation file carries offsets
     recent_window: int = 128
+    decode_tile: str = "auto"
 
     @classmethod
     def from_env(cls, env=None) -> "Int2Options":
@@ -95,6 +98,7 @@ class Int2Options:
             k_center_skip=get("K_CENTER_SKIP", 4, int, "an integer number of tokens"),
             k_center_first=get("K_CENTER_FIRST", None, _center_first, "'auto' or an integer number of tokens (0 = off)"),
             recent_window=get("RECENT_WINDOW", 128, int, "an integer number of tokens (0 = off)"),
+            decode_tile=get("DECODE_TILE", "auto", lambda r: r.strip().lower(), "a decode tile"),
         )
         if opts.k_center_first is None:   # auto: data-free centering unless a file gives offsets
             opts = dataclasses.replace(opts, k_center_first=0 if _file_offsets(opts.k_rotation) else DATA_FREE_FIRST)
@@ -113,10 +117,25 @@ class Int2Options:
     def std_range(self) -> bool:
         return self.levels == "std"
 
+    @property
+    def fold_decode(self) -> bool:
+        """Whether decode runs the folded tile (kernels/common.py int2_tile_folded): it folds a
+        uniform grid's scale and zero into the dot products, which Lloyd-Max levels are not."""
+        if self.decode_tile == "auto":
+            return not self.lloyd_max
+        return self.decode_tile == "folded"
+
     def validate(self) -> None:
         if self.levels not in LEVELS:
             raise Int2ConfigError(f"{PREFIX}LEVELS={self.levels!r} is not one of {', '.join(LEVELS)} "
                                   f"(std is the measured default)")
+        if self.decode_tile not in DECODE_TILES:
+            raise Int2ConfigError(f"{PREFIX}DECODE_TILE={self.decode_tile!r} is not one of "
+                                  f"{', '.join(DECODE_TILES)} (auto is the measured default)")
+        if self.decode_tile == "folded" and self.lloyd_max:
+            raise Int2ConfigError(f"{PREFIX}DECODE_TILE=folded needs uniform levels, and {PREFIX}LEVELS is "
+                                  f"'lloyd-max'; unset DECODE_TILE (auto picks per-code for Lloyd-Max) or "
+                                  f"set LEVELS=std")
         if not 0 <= self.k_center_skip <= 256:
             raise Int2ConfigError(f"{PREFIX}K_CENTER_SKIP={self.k_center_skip} must be between 0 and 256 "
                                   f"tokens (4 is the measured default)")
@@ -158,4 +177,5 @@ class Int2Options:
             how = "off"
         return (f"G={group} {quant} K-rot={self.k_rotation} V-rot={self.v_rotation} "
                 f"clip K/V={self.k_clip}/{self.v_clip} K-center={how} "
-                f"recent window={self.recent_window or 'off'}")
+                f"recent window={self.recent_window or 'off'} "
+                f"decode tile={'folded' if self.fold_decode else 'per-code'}")

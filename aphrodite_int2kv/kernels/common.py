@@ -404,14 +404,15 @@ def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qm
         acc1 = acc1 * alpha[:, None]
         acc2 = acc2 * alpha[:, None]
         acc3 = acc3 * alpha[:, None]
-    # per head and group: sum_t p vz_g and sum_t p vs_g, two small dots instead of 2 NG reductions
+    # per head and group: sum_t p vz_g in one small dot instead of NG reductions
     p_rows = tl.trans(pT).to(DOT)                                        # [ROWS, N]
     pzs = tl.dot(p_rows, v_zero.to(DOT))                                 # [ROWS, NG]
-    pss = tl.dot(p_rows, v_scale.to(DOT))
     for g in tl.static_range(NG):
         pz = column(pzs, g, NG, ROWS)
-        psum = column(pss, g, NG, ROWS)
         pg = p_rows * column(v_scale, g, NG, N).to(DOT)[None, :]         # [ROWS, N]: P with V's scales
+        # M_P * sum_t pg must cancel the dot's M_P terms exactly: sum the *rounded* pg the dot
+        # multiplies (a sum of p * vs rounded once gives errors ~ M_P * 2^-11 * pg, as large as a code)
+        psum = tl.sum(pg.to(tl.float32), axis=1)
         for P in tl.static_range(4):
             if _overlaps(P, g, W, G):
                 acc = plane_of(P, acc0, acc1, acc2, acc3)

@@ -61,7 +61,7 @@ def _int2_decode_split_kernel(
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
     DOT: tl.constexpr, FAST: tl.constexpr,
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
-    FOLD: tl.constexpr = False,                  # experimental: int2_tile_folded (common.py)
+    FOLD: tl.constexpr = False,                  # int2_tile_folded (common.py): uniform levels
 ):
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
@@ -315,6 +315,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     Recent window: `window` = (k_win, v_win [blocks, window_block_size, Hkv, D] in the same rotated
     (and centered) basis, window_block_table [B, max_blocks] int32, R): the last R tokens of each
     sequence are read there in full precision.
+    `fold`: the splits run the folded tile (common.py int2_tile_folded: codes straight into the
+    tensor cores, scale and zero applied to the dot products; uniform levels only), else the per-code
+    tile (each code dequantized before its dot).
     The `num_splits` int2 splits read positions [sinks, L - R); the tail kernel reads the sinks
     (one program) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
@@ -324,6 +327,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         raise ValueError(f"int2 decode: {Hq} query heads are not a multiple of {Hkv} KV heads")
     assert kv_cache.dtype == torch.uint8 and kv_cache.shape[-1] == layout.slot_bytes
     assert kv_cache.stride(-1) == 1 and q_rot.stride(-1) == 1 and D == layout.head_dim
+    if fold and lloyd_max:
+        raise ValueError("int2 decode: the folded tile (fold=True) needs uniform levels; Lloyd-Max "
+                         "codes are dequantized per code (fold=False)")
     cen = center_args(k_center, sinks, B, Hkv, D, q_rot, "decode")
     ratio = Hq // Hkv
     if block_h is None:
