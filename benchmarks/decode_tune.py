@@ -32,7 +32,7 @@ def main():
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--fold", action="store_true", help="the folded tile (int2_decode(fold=True)) instead")
     ap.add_argument("--variants", default=None,
-                    help="block_n/num_warps/num_stages,... instead of the built-in list (no register cap)")
+                    help="block_n/num_warps/num_stages[/maxnreg],... instead of the built-in list")
     ap.add_argument("--out", default="decode_tune_h200.json")
     args = ap.parse_args()
     timer = Timer(graph=True)
@@ -54,7 +54,8 @@ def main():
         for per_sm in map(int, args.per_sm.split(",")):
             splits = max(1, min(256, per_sm * sms // per_split))
             variants = VARIANTS if not args.variants else \
-                [tuple(int(x) for x in v.split("/")) + (None,) for v in args.variants.split(",")]
+                [tuple(int(x) for x in v.split("/")) + (None,) * (4 - len(v.split("/")))
+                 for v in args.variants.split(",")]
             for bn, nw, ns, reg in variants:
                 kw = dict(block_n=bn, num_warps=nw, num_stages=ns, block_h=bh, maxnreg=reg, fold=args.fold)
                 try:
