@@ -6,7 +6,8 @@ bf16 contenders (same Hq/Hkv/D/context/batch, one query token per sequence):
                   (flash / cuDNN / efficient, each forced; K/V read once per KV head)
   aphrodite-triton  aphrodite 0.21.0's grouped split-KV Triton decode on a paged bf16 cache
                     (if aphrodite is importable; ratio 8 is not affected by its head-tiling bug)
-int2: aphrodite_int2kv.kernels.decode.int2_decode on a paged int2 cache (block size 16).
+int2: aphrodite_int2kv.kernels.decode.int2_decode on a paged int2 cache (block size 16), with the
+engine's tile for uniform levels (folded) unless --tile per-code.
 
 Timing: CUDA events, L2 flushed (256 MiB memset) before every timed call, median of --iters;
 with --graph each contender is captured in a CUDA graph and replayed (as the engine runs decode),
@@ -217,10 +218,17 @@ def main():
     ap.add_argument("--lloyd", action="store_true",
                     help="also time Lloyd-Max levels (the engine default) on the same cache: int2_lloyd_us")
     ap.add_argument("--graph", action="store_true", help="time CUDA-graph replays (see Timer)")
+    ap.add_argument("--tile", choices=("folded", "per-code"), default="folded",
+                    help="the int2 tile timed as int2_us: folded (the engine's for uniform levels since "
+                         "session 8) or per-code")
     ap.add_argument("--fold", action="store_true",
-                    help="also time the folded tile (int2_decode(fold=True): scale/zero on the dot products)")
+                    help="session 7/8 comparison: int2_us with the per-code tile (--tile per-code) and the "
+                         "folded tile also timed on the same launch (int2_fold_us, fold_speedup)")
     ap.add_argument("--out", default="decode_attention_h200.json")
     args = ap.parse_args()
+    if args.fold:
+        args.tile = "per-code"
+    main_fold = args.tile == "folded"
 
     timer = Timer(graph=args.graph)
     copy_gbps = copy_bandwidth(timer)
@@ -264,7 +272,7 @@ def main():
                     ws = (torch.empty(B * Hq * slots * D, device="cuda"), torch.empty(B * Hq * slots, device="cuda"))
                     fn = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                              workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                                             num_stages=cfg.num_stages, block_h=cfg.block_h)
+                                             num_stages=cfg.num_stages, block_h=cfg.block_h, fold=main_fold)
                     try:
                         int2_us = timer.median_us(fn, iters=args.iters)
                     except Exception:
@@ -319,7 +327,7 @@ def main():
                         base_us = extra.get("int2_lloyd_us", int2_us)   # the window's cost over the same levels
                         times = {}
                         for name, kw in variants.items():
-                            kw = dict(kw, lloyd_max=bool(args.lloyd))
+                            kw = dict(kw, lloyd_max=bool(args.lloyd), fold=main_fold and not args.lloyd)
                             fnw = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                                       workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
                                                       num_stages=cfg.num_stages, block_h=cfg.block_h, **kw)
@@ -340,7 +348,7 @@ def main():
                     row = dict(context_len=S, batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D,
                                group_size=G, block_size=args.block_size, num_splits=splits, block_n=cfg.block_n,
                                num_warps=cfg.num_warps, num_stages=cfg.num_stages, block_h=cfg.block_h,
-                               int2_us=round(int2_us, 2),
+                               int2_tile=args.tile, int2_us=round(int2_us, 2),
                                bf16_us=round(bf16[best], 2) if best else None, bf16_kernel=best,
                                bf16_all_us={k: round(v, 2) for k, v in bf16.items()},
                                speedup=round(bf16[best] / int2_us, 3) if best else None,
