@@ -183,13 +183,10 @@ def test_decode_matches_reference(D, G, Hq, Hkv, BS, splits):
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("D,G,Hq,Hkv,BS,splits", DECODE_CASES[:8])
-def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits, prefetch):
+def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits):
     """The folded tile (int2_decode(fold=True): codes straight into the dots, scale and zero applied
-    to the dot products) against the reference; with sinks (their -q.c) on half the cases; with
-    Triton's pipelining and with the hand-pipelined loop (prefetch: spans of 0, 1 and many tiles,
-    block_n 32 so the 150-token sequence has 5 tiles per split)."""
+    to the dot products) against the reference; with sinks (their -q.c) on half the cases."""
     L = SlotLayout(D, G)
     seq_lens = [37, 1, 150, 0]
     cache, bt, _ = paged_cache(L, seq_lens, Hkv, BS)
@@ -197,8 +194,7 @@ def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits, prefetch):
     sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     S = 5 if Hq % 2 == 0 else 0
     c = 2.0 * torch.randn(Hkv, D, device=DEVICE)
-    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, fold=True, sinks=S, k_center=c if S else None,
-                      prefetch=prefetch, **({"block_n": 32} if prefetch else {}))
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, fold=True, sinks=S, k_center=c if S else None)
     ref = R.decode_reference(q[:3], cache, bt, sl[:3], L, D ** -0.5, sinks=S, k_center=c)
     torch.testing.assert_close(out[:3].float(), ref, atol=ATOL, rtol=0)
     assert torch.isfinite(out).all()

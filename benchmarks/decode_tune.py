@@ -26,11 +26,10 @@ VARIANTS = [(64, 1, 3, None), (64, 1, 3, 168), (64, 1, 2, None), (32, 1, 3, None
 
 
 def parse_variant(text: str):
-    """block_n/num_warps/num_stages[/maxnreg[/prefetch]] (maxnreg 0: no cap; prefetch 1: the folded
-    tile's hand-pipelined loop)."""
+    """block_n/num_warps/num_stages[/maxnreg] (maxnreg 0 or left out: no cap). (Session 8's run also
+    took a fifth field, prefetch, for a hand-pipelined loop since dropped: commit 8e71627.)"""
     f = [int(x) for x in text.split("/")]
-    reg = f[3] if len(f) > 3 and f[3] else None
-    return (f[0], f[1], f[2], reg, *(f[4:5]))
+    return (f[0], f[1], f[2], f[3] if len(f) > 3 and f[3] else None)
 
 
 def main():
@@ -40,7 +39,7 @@ def main():
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--fold", action="store_true", help="the folded tile (int2_decode(fold=True)) instead")
     ap.add_argument("--variants", default=None,
-                    help="block_n/num_warps/num_stages[/maxnreg[/prefetch]],... instead of the built-in list")
+                    help="block_n/num_warps/num_stages[/maxnreg],... instead of the built-in list")
     ap.add_argument("--out", default="decode_tune_h200.json")
     args = ap.parse_args()
     timer = Timer(graph=True)
@@ -63,9 +62,8 @@ def main():
             splits = max(1, min(256, per_sm * sms // per_split))
             variants = VARIANTS if not args.variants else \
                 [parse_variant(v) for v in args.variants.split(",")]
-            for bn, nw, ns, reg, *pf in variants:
-                kw = dict(block_n=bn, num_warps=nw, num_stages=ns, block_h=bh, maxnreg=reg, fold=args.fold,
-                          prefetch=bool(pf and pf[0]))
+            for bn, nw, ns, reg in variants:
+                kw = dict(block_n=bn, num_warps=nw, num_stages=ns, block_h=bh, maxnreg=reg, fold=args.fold)
                 try:
                     got = int2_decode(q, cache, table, short, L, D ** -0.5, splits, **kw)[:2].float()
                     err = (got - ref).abs().max().item()
@@ -78,13 +76,12 @@ def main():
                     us = float("nan")
                 rows.append(dict(num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, batch=B, context_len=S,
                                  group_size=G, block_size=BS, per_sm=per_sm, num_splits=splits, block_n=bn,
-                                 num_warps=nw, num_stages=ns, maxnreg=reg, fold=args.fold,
-                                 prefetch=kw["prefetch"], int2_us=round(us, 2)))
-                line.append(f"{per_sm}:{splits}:{bn}/{nw}/{ns}/{reg}{'/pf' if kw['prefetch'] else ''}={us:.0f}")
+                                 num_warps=nw, num_stages=ns, maxnreg=reg, fold=args.fold, int2_us=round(us, 2)))
+                line.append(f"{per_sm}:{splits}:{bn}/{nw}/{ns}/{reg}={us:.0f}")
         best = min((r for r in rows[-len(line):] if r["int2_us"] == r["int2_us"]), key=lambda r: r["int2_us"])
         log(f"Hq{Hq}/kv{Hkv}/D{D} B={B}: " + " ".join(line))
         log(f"  best: per_sm {best['per_sm']} splits {best['num_splits']} {best['block_n']}/{best['num_warps']}/"
-            f"{best['num_stages']}/{best['maxnreg']}{'/pf' if best.get('prefetch') else ''} {best['int2_us']} us")
+            f"{best['num_stages']}/{best['maxnreg']} {best['int2_us']} us")
         del cache
         torch.cuda.empty_cache()
     json.dump({"command": " ".join(sys.argv), "gpu": torch.cuda.get_device_name(0), "rows": rows},

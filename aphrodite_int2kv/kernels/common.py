@@ -366,7 +366,7 @@ def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qm
     V's scale goes into P per group, its zero (and the M_P of the raw codes) into a bias per head:
         o[h, c in P, g] += sum_t (p vs_g)[h, t] raw[t, c] + (sum_t p vz_g)[h] - M_P (sum_t p vs_g)[h].
     qsums / qmags [ROWS, NG]: folded_query_sums of every group; the tile's data as load_slots
-    returns it (loaded by the caller, a tile ahead: _folded_tiles)."""
+    returns it."""
     k_scale = k_scale.to(tl.float32)
     k_zero = k_zero.to(tl.float32)
     v_scale = v_scale.to(tl.float32)
@@ -481,56 +481,15 @@ def tile_slots(table_row, tok, nmask, head_off, stride_cb, stride_cs, BLOCK_SIZE
 
 
 @triton.jit
-def _folded_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags, lo, hi, end, table_row,
-                  head_off, stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE: tl.constexpr,
-                  ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
-                  OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
-                  OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
-                  SINKS: tl.constexpr):
-    """The folded tiles of [lo, hi), software-pipelined by hand: each iteration issues the next
-    tile's loads (its slots from a block-table entry loaded an iteration earlier still) before
-    computing the current one, so a whole tile's arithmetic covers the memory latency. Triton's own
-    pipeliner, given this loop, waits for every copy at the top of each iteration (async_wait 0:
-    the page -> slot -> data chain), which left the latency exposed (Nsight Compute: long-scoreboard
-    stalls second only to issuing)."""
-    ar = tl.arange(0, N)
-    tok = lo + ar
-    nmask = tok < end * (lo < hi).to(tl.int32)       # nothing when the span is empty
-    slot = tile_slots(table_row, tok, nmask, head_off, stride_cb, stride_cs, BLOCK_SIZE)
-    kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
-        cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
-    tok_next = lo + N + ar
-    mask_next = tok_next < end * (lo + N < hi).to(tl.int32)   # a tile of the span (they start below hi)
-    slot_next = tile_slots(table_row, tok_next, mask_next, head_off, stride_cb, stride_cs, BLOCK_SIZE)
-    for n0 in tl.range(lo, hi, N, num_stages=1):      # pipelined here, not by Triton
-        # tile n0 + N: its data (slots known); tile n0 + 2N: its slots
-        kb_n, vb_n, ks_n, kz_n, vs_n, vz_n = load_slots(
-            cache_u8, cache_f16, slot_next, mask_next, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
-        tok_after = n0 + 2 * N + ar
-        mask_after = tok_after < end * (n0 + 2 * N < hi).to(tl.int32)
-        slot_after = tile_slots(table_row, tok_after, mask_after, head_off, stride_cb, stride_cs, BLOCK_SIZE)
-        m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile_folded(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags,
-            kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
-            ROWS, N, W, G, NG, DOT, FAST, SINKS)
-        kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = kb_n, vb_n, ks_n, kz_n, vs_n, vz_n
-        tok, nmask = tok_next, mask_next
-        tok_next, mask_next, slot_next = tok_after, mask_after, slot_after
-    return m_i, l_i, acc0, acc1, acc2, acc3
-
-
-@triton.jit
 def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, table_row, head_off,
                 stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE: tl.constexpr,
                 ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                 SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
                 L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
-                FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False,
-                PREFETCH: tl.constexpr = False):
+                FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False):
     """Tiles starting at lo, lo + N, ... below hi; positions >= end are masked. FOLD (uniform
-    levels only): int2_tile_folded instead of int2_tile; PREFETCH (with FOLD): _folded_tiles'
-    hand-pipelined loop instead of Triton's."""
+    levels only): int2_tile_folded instead of int2_tile."""
     if FOLD and not LLOYD:     # the query's per-group sums, [ROWS, NG], once per span
         gidx = tl.arange(0, NG)[None, :]
         qsums = tl.zeros([ROWS, NG], tl.float32)
@@ -542,28 +501,22 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
     else:
         qsums = tl.zeros([ROWS, NG], tl.float32)
         qmags = qsums
-    if FOLD and PREFETCH and not LLOYD:
-        m_i, l_i, acc0, acc1, acc2, acc3 = _folded_tiles(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags, lo, hi, end, table_row,
-            head_off, stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE, ROWS, N, W, G, NG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, SINKS)
-    else:
-        for n0 in range(lo, hi, N):
-            tok = n0 + tl.arange(0, N)
-            nmask = tok < end
-            slot = tile_slots(table_row, tok, nmask, head_off, stride_cb, stride_cs, BLOCK_SIZE)
-            if FOLD and not LLOYD:
-                kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
-                    cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
-                m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile_folded(
-                    m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags,
-                    kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
-                    ROWS, N, W, G, NG, DOT, FAST, SINKS)
-            else:
-                m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
-                    m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-                    cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG, SEG,
-                    OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+    for n0 in range(lo, hi, N):
+        tok = n0 + tl.arange(0, N)
+        nmask = tok < end
+        slot = tile_slots(table_row, tok, nmask, head_off, stride_cb, stride_cs, BLOCK_SIZE)
+        if FOLD and not LLOYD:
+            kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
+                cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
+            m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile_folded(
+                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags,
+                kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
+                ROWS, N, W, G, NG, DOT, FAST, SINKS)
+        else:
+            m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
+                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
+                cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG, SEG,
+                OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
     return m_i, l_i, acc0, acc1, acc2, acc3
 
 
@@ -574,8 +527,7 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_ro
               SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
               OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
               L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
-              FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False,
-              PREFETCH: tl.constexpr = False):
+              FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False):
     """Positions [lo, hi) of one sequence from the paged int2 cache, N at a time. table_row: the
     sequence's block-table row (pointer); head_off: the KV head's byte offset in a token's row.
     Only the tiles holding positions < SINKS pay for the sink correction (their own loop)."""
@@ -589,7 +541,7 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_ro
     return _int2_tiles(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, sink_hi, hi, hi, table_row, head_off,
         stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE, ROWS, N, W, G, NG, SEG,
-        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD, PREFETCH)
+        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD)
 
 
 @triton.jit

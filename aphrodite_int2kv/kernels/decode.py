@@ -62,7 +62,6 @@ def _int2_decode_split_kernel(
     DOT: tl.constexpr, FAST: tl.constexpr,
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
     FOLD: tl.constexpr = False,                  # int2_tile_folded (common.py): uniform levels
-    PREFETCH: tl.constexpr = False,              # with FOLD: the hand-pipelined loop (_folded_tiles)
 ):
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
@@ -95,7 +94,7 @@ def _int2_decode_split_kernel(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end,
         block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
         qk_scale, l_i, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
-        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD, PREFETCH)
+        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD)
 
     store_partial(part_out_ptr, part_lse_ptr, (batch * NUM_Q_HEADS + q_head) * total_splits + split,
                   hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
@@ -302,7 +301,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
                 block_n: int = 64, num_warps: int = 4, num_stages: int | None = None, block_h: int | None = None,
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
-                _upstream_head_map: bool = False, fold: bool = False, prefetch: bool = False) -> torch.Tensor:
+                _upstream_head_map: bool = False, fold: bool = False) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -360,8 +359,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     _int2_decode_split_kernel[(B, grid_heads, num_splits)](
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
         part_out, part_lse, sm_scale * LOG2E, num_splits, total_splits, int(sinks), window_len,
-        BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
-        PREFETCH=bool(prefetch), **heads,
+        BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold), **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
         **({} if maxnreg is None else {"maxnreg": maxnreg}))
     if tail_programs:
