@@ -183,10 +183,27 @@ def test_decode_matches_reference(D, G, Hq, Hkv, BS, splits):
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("D,G,Hq,Hkv,BS,splits", [DECODE_CASES[i] for i in (3, 6, 8)])
+def test_decode_table_ahead_per_code(D, G, Hq, Hkv, BS, splits):
+    """The per-code tile with block-table entries loaded a tile ahead (int2_decode(table_ahead=True))
+    against the reference: block sizes 80 / 16 / 128, tiles of 32 across page boundaries."""
+    L = SlotLayout(D, G)
+    seq_lens = [37, 1, 150, 0]
+    cache, bt, _ = paged_cache(L, seq_lens, Hkv, BS)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, table_ahead=True, block_n=32)
+    ref = R.decode_reference(q[:3], cache, bt, sl[:3], L, D ** -0.5)
+    torch.testing.assert_close(out[:3].float(), ref, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("table_ahead", [False, True])
 @pytest.mark.parametrize("D,G,Hq,Hkv,BS,splits", DECODE_CASES[:8])
-def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits):
+def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits, table_ahead):
     """The folded tile (int2_decode(fold=True): codes straight into the dots, scale and zero applied
-    to the dot products) against the reference; with sinks (their -q.c) on half the cases."""
+    to the dot products) against the reference; with sinks (their -q.c) on half the cases; with
+    block-table entries loaded a tile ahead (table_ahead; block_n 32, so that the 150-token
+    sequence spans several tiles and pages per split) and as loaded per tile."""
     L = SlotLayout(D, G)
     seq_lens = [37, 1, 150, 0]
     cache, bt, _ = paged_cache(L, seq_lens, Hkv, BS)
@@ -194,7 +211,8 @@ def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits):
     sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     S = 5 if Hq % 2 == 0 else 0
     c = 2.0 * torch.randn(Hkv, D, device=DEVICE)
-    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, fold=True, sinks=S, k_center=c if S else None)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, fold=True, sinks=S, k_center=c if S else None,
+                      table_ahead=table_ahead, **({"block_n": 32} if table_ahead else {}))
     ref = R.decode_reference(q[:3], cache, bt, sl[:3], L, D ** -0.5, sinks=S, k_center=c)
     torch.testing.assert_close(out[:3].float(), ref, atol=ATOL, rtol=0)
     assert torch.isfinite(out).all()

@@ -224,6 +224,9 @@ def main():
     ap.add_argument("--fold", action="store_true",
                     help="session 7/8 comparison: int2_us with the per-code tile (--tile per-code) and the "
                          "folded tile also timed on the same launch (int2_fold_us, fold_speedup)")
+    ap.add_argument("--table-ahead", action="store_true",
+                    help="also time the same tile with block-table entries loaded a tile ahead "
+                         "(int2_decode(table_ahead=True)): int2_table_ahead_us, table_ahead_speedup")
     ap.add_argument("--out", default="decode_attention_h200.json")
     args = ap.parse_args()
     if args.fold:
@@ -296,6 +299,24 @@ def main():
                                      fold_max_abs_diff=fold_err)
                         log(f"    folded tile: {f_us:.1f} us ({int2_us / f_us:.2f}x the per-code dequant; "
                             f"max |diff| {fold_err:.2e})")
+                    if args.table_ahead:   # the split loop with block-table entries a tile ahead
+                        fnt = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
+                                                  workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                                                  num_stages=cfg.num_stages, block_h=cfg.block_h, fold=main_fold,
+                                                  table_ahead=True)
+                        try:
+                            fn()
+                            ref_out = out.clone()
+                            fnt()
+                            ta_err = (out.float() - ref_out.float()).abs().max().item()
+                            t_us = timer.median_us(fnt, iters=args.iters)
+                        except Exception:
+                            traceback.print_exc()
+                            t_us, ta_err = float("nan"), float("nan")
+                        extra.update(int2_table_ahead_us=round(t_us, 2), table_ahead_speedup=round(int2_us / t_us, 3),
+                                     table_ahead_max_abs_diff=ta_err)
+                        log(f"    table ahead: {t_us:.1f} us ({int2_us / t_us:.2f}x the {args.tile} tile as is; "
+                            f"max |diff| {ta_err:.2e})")
                     if args.lloyd:
                         fnl = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                                   workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,

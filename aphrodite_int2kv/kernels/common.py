@@ -487,9 +487,11 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
                 SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
                 L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
-                FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False):
+                FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False,
+                TABLE_AHEAD: tl.constexpr = False):
     """Tiles starting at lo, lo + N, ... below hi; positions >= end are masked. FOLD (uniform
-    levels only): int2_tile_folded instead of int2_tile."""
+    levels only): int2_tile_folded instead of int2_tile. TABLE_AHEAD: block-table entries a tile
+    ahead (experimental, see below)."""
     if FOLD and not LLOYD:     # the query's per-group sums, [ROWS, NG], once per span
         gidx = tl.arange(0, NG)[None, :]
         qsums = tl.zeros([ROWS, NG], tl.float32)
@@ -501,10 +503,21 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
     else:
         qsums = tl.zeros([ROWS, NG], tl.float32)
         qmags = qsums
+    ar = tl.arange(0, N)
+    page_next = tl.load(table_row + (lo + ar) // BLOCK_SIZE, mask=(lo + ar) < end, other=0)
     for n0 in range(lo, hi, N):
-        tok = n0 + tl.arange(0, N)
+        tok = n0 + ar
         nmask = tok < end
-        slot = tile_slots(table_row, tok, nmask, head_off, stride_cb, stride_cs, BLOCK_SIZE)
+        if TABLE_AHEAD:
+            # The block-table entries of the next tile, loaded now and carried: this tile's copies
+            # then depend on no load of their own iteration, and Triton's pipeliner keeps one tile's
+            # copies in flight while another computes (TTGIR async_wait 6 instead of 0; SASS
+            # DEPBAR.LE SB0, 0x6). Entries two tiles ahead made it give up on async copies.
+            page = page_next
+            page_next = tl.load(table_row + (tok + N) // BLOCK_SIZE, mask=(tok + N) < end, other=0)
+            slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
+        else:
+            slot = tile_slots(table_row, tok, nmask, head_off, stride_cb, stride_cs, BLOCK_SIZE)
         if FOLD and not LLOYD:
             kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
                 cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
@@ -527,7 +540,8 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_ro
               SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
               OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
               L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
-              FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False):
+              FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False,
+              TABLE_AHEAD: tl.constexpr = False):
     """Positions [lo, hi) of one sequence from the paged int2 cache, N at a time. table_row: the
     sequence's block-table row (pointer); head_off: the KV head's byte offset in a token's row.
     Only the tiles holding positions < SINKS pay for the sink correction (their own loop)."""
@@ -541,7 +555,7 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_ro
     return _int2_tiles(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, sink_hi, hi, hi, table_row, head_off,
         stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE, ROWS, N, W, G, NG, SEG,
-        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD)
+        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD, TABLE_AHEAD)
 
 
 @triton.jit

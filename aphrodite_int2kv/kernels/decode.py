@@ -62,6 +62,7 @@ def _int2_decode_split_kernel(
     DOT: tl.constexpr, FAST: tl.constexpr,
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
     FOLD: tl.constexpr = False,                  # int2_tile_folded (common.py): uniform levels
+    TABLE_AHEAD: tl.constexpr = False,           # experimental: block-table entries a tile ahead
 ):
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
@@ -94,7 +95,7 @@ def _int2_decode_split_kernel(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end,
         block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
         qk_scale, l_i, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
-        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD)
+        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD, TABLE_AHEAD)
 
     store_partial(part_out_ptr, part_lse_ptr, (batch * NUM_Q_HEADS + q_head) * total_splits + split,
                   hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
@@ -301,7 +302,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
                 block_n: int = 64, num_warps: int = 4, num_stages: int | None = None, block_h: int | None = None,
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
-                _upstream_head_map: bool = False, fold: bool = False) -> torch.Tensor:
+                _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -318,6 +319,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     `fold`: the splits run the folded tile (common.py int2_tile_folded: codes straight into the
     tensor cores, scale and zero applied to the dot products; uniform levels only), else the per-code
     tile (each code dequantized before its dot).
+    `table_ahead` (experimental, not yet timed on a GPU): the split loop loads each tile's
+    block-table entries an iteration early, which lets Triton pipeline the tile's copies.
     The `num_splits` int2 splits read positions [sinks, L - R); the tail kernel reads the sinks
     (one program) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
@@ -359,7 +362,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     _int2_decode_split_kernel[(B, grid_heads, num_splits)](
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
         part_out, part_lse, sm_scale * LOG2E, num_splits, total_splits, int(sinks), window_len,
-        BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold), **heads,
+        BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
+        TABLE_AHEAD=bool(table_ahead), **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
         **({} if maxnreg is None else {"maxnreg": maxnreg}))
     if tail_programs:
