@@ -282,41 +282,31 @@ def main():
                         traceback.print_exc()
                         int2_us = float("nan")
                     extra = {}
+                    def variant(name, **kw):
+                        """Time the same launch with other int2_decode options; its largest
+                        difference from the main output."""
+                        fnv = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
+                                                  workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
+                                                  num_stages=cfg.num_stages, block_h=cfg.block_h, **kw)
+                        try:
+                            fn()
+                            ref_out = out.clone()
+                            fnv()
+                            err = (out.float() - ref_out.float()).abs().max().item()
+                            v_us = timer.median_us(fnv, iters=args.iters)
+                        except Exception:
+                            traceback.print_exc()
+                            v_us, err = float("nan"), float("nan")
+                        log(f"    {name}: {v_us:.1f} us ({int2_us / v_us:.2f}x the {args.tile} tile as is; "
+                            f"max |diff| {err:.2e})")
+                        return round(v_us, 2), round(int2_us / v_us, 3), err
+
                     if args.fold:   # the folded tile (kernels/common.py int2_tile_folded), same launch
-                        fnf = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
-                                                  workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                                                  num_stages=cfg.num_stages, block_h=cfg.block_h, fold=True)
-                        try:
-                            fn()
-                            ref_out = out.clone()
-                            fnf()
-                            fold_err = (out.float() - ref_out.float()).abs().max().item()
-                            f_us = timer.median_us(fnf, iters=args.iters)
-                        except Exception:
-                            traceback.print_exc()
-                            f_us, fold_err = float("nan"), float("nan")
-                        extra.update(int2_fold_us=round(f_us, 2), fold_speedup=round(int2_us / f_us, 3),
-                                     fold_max_abs_diff=fold_err)
-                        log(f"    folded tile: {f_us:.1f} us ({int2_us / f_us:.2f}x the per-code dequant; "
-                            f"max |diff| {fold_err:.2e})")
+                        us, sp, err = variant("folded tile", fold=True)
+                        extra.update(int2_fold_us=us, fold_speedup=sp, fold_max_abs_diff=err)
                     if args.table_ahead:   # the split loop with block-table entries a tile ahead
-                        fnt = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
-                                                  workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                                                  num_stages=cfg.num_stages, block_h=cfg.block_h, fold=main_fold,
-                                                  table_ahead=True)
-                        try:
-                            fn()
-                            ref_out = out.clone()
-                            fnt()
-                            ta_err = (out.float() - ref_out.float()).abs().max().item()
-                            t_us = timer.median_us(fnt, iters=args.iters)
-                        except Exception:
-                            traceback.print_exc()
-                            t_us, ta_err = float("nan"), float("nan")
-                        extra.update(int2_table_ahead_us=round(t_us, 2), table_ahead_speedup=round(int2_us / t_us, 3),
-                                     table_ahead_max_abs_diff=ta_err)
-                        log(f"    table ahead: {t_us:.1f} us ({int2_us / t_us:.2f}x the {args.tile} tile as is; "
-                            f"max |diff| {ta_err:.2e})")
+                        us, sp, err = variant("table ahead", fold=main_fold, table_ahead=True)
+                        extra.update(int2_table_ahead_us=us, table_ahead_speedup=sp, table_ahead_max_abs_diff=err)
                     if args.lloyd:
                         fnl = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                                   workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
