@@ -235,20 +235,17 @@ def softmax_step(m_i, l_i, s):
 
 @triton.jit
 def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-              cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc,
+              kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
               ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
-              SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
-              OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
+              SEG: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
               L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
               FAST: tl.constexpr, SINKS: tl.constexpr):
     """One tile of N int2 tokens for ROWS query rows: QK^T over the dequantized K planes,
-    online-softmax update, P.V into the four output planes. slot: byte offsets [N] of the tokens'
-    slots (valid where nmask); q0..q3: the query planes as DOT [ROWS, W]. With K centering, the
+    online-softmax update, P.V into the four output planes. The tile's data as load_slots returns
+    it (valid where nmask); q0..q3: the query planes as DOT [ROWS, W]. With K centering, the
     first SINKS positions of a sequence are stored uncentered: their scores get -q.c (qc [ROWS],
     tok [N] the tokens' positions) so that every score is the uncentered one minus the same q.c.
     Returns the updated (m_i, l_i, acc0, acc1, acc2, acc3)."""
-    kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
-        cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
 
     # K is dequantized token-major ([N, W]: each token's bytes contiguous, wide loads) and
     # transposed for the dot.
@@ -474,10 +471,9 @@ def query_dot_center(q0, q1, q2, q3, cen_row, W: tl.constexpr):
 
 
 @triton.jit
-def tile_slots(table_row, tok, nmask, head_off, stride_cb, stride_cs, BLOCK_SIZE: tl.constexpr):
-    """Byte offsets [N] of positions tok in the paged cache (page from the block-table row)."""
-    page = tl.load(table_row + tok // BLOCK_SIZE, mask=nmask, other=0)
-    return page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
+def tile_pages(table_row, tok, nmask, BLOCK_SIZE: tl.constexpr):
+    """Page ids [N] of positions tok (valid where nmask) from a block-table row."""
+    return tl.load(table_row + tok // BLOCK_SIZE, mask=nmask, other=0)
 
 
 @triton.jit
@@ -504,7 +500,10 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
         qsums = tl.zeros([ROWS, NG], tl.float32)
         qmags = qsums
     ar = tl.arange(0, N)
-    page_next = tl.load(table_row + (lo + ar) // BLOCK_SIZE, mask=(lo + ar) < end, other=0)
+    if TABLE_AHEAD:
+        page_next = tile_pages(table_row, lo + ar, lo + ar < end, BLOCK_SIZE)
+    else:
+        page_next = tl.zeros([N], tl.int32)       # unused
     for n0 in range(lo, hi, N):
         tok = n0 + ar
         nmask = tok < end
@@ -514,13 +513,13 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
             # copies in flight while another computes (TTGIR async_wait 6 instead of 0; SASS
             # DEPBAR.LE SB0, 0x6). Entries two tiles ahead made it give up on async copies.
             page = page_next
-            page_next = tl.load(table_row + (tok + N) // BLOCK_SIZE, mask=(tok + N) < end, other=0)
-            slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
+            page_next = tile_pages(table_row, tok + N, tok + N < end, BLOCK_SIZE)
         else:
-            slot = tile_slots(table_row, tok, nmask, head_off, stride_cb, stride_cs, BLOCK_SIZE)
+            page = tile_pages(table_row, tok, nmask, BLOCK_SIZE)
+        slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
+        kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
+            cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
         if FOLD and not LLOYD:
-            kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
-                cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
             m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile_folded(
                 m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags,
                 kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
@@ -528,8 +527,8 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
         else:
             m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
                 m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-                cache_u8, cache_f16, slot, nmask, qk_scale, tok, qc, ROWS, N, W, G, NG, SEG,
-                OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+                kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
+                ROWS, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
     return m_i, l_i, acc0, acc1, acc2, acc3
 
 
