@@ -220,19 +220,20 @@ def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits, table_ahead)
 
 @pytest.mark.parametrize("D,G,Hq,Hkv,batch", [(128, 32, 32, 4, 3), (128, 64, 12, 2, 1), (64, 32, 8, 8, 5),
                                                (256, 64, 16, 2, 2), (256, 32, 48, 2, 1)])
-def test_decode_with_the_engine_launch_config(D, G, Hq, Hkv, batch):
+@pytest.mark.parametrize("fold", [True, False])
+def test_decode_with_the_engine_launch_config(D, G, Hq, Hkv, batch, fold):
     """The launch shape the engine uses (one-warp programs, 8-row head tiles, many splits, so some
-    splits are empty at these lengths) against the reference, in bf16 as the engine runs it."""
+    splits are empty at these lengths; block-table entries a tile ahead where it picks them) against
+    the reference, in bf16 as the engine runs it, with either tile."""
     # the H200's 132 multiprocessors on the GPU; fewer under the (serial) interpreter
-    cfg = decode_launch_config(batch, Hkv, Hq // Hkv, D, num_sms=132 if ON_GPU else 8)
+    cfg = decode_launch_config(batch, Hkv, Hq // Hkv, D, num_sms=132 if ON_GPU else 8, fold=fold)
     assert cfg.num_splits > 1
     L = SlotLayout(D, G)
     seq_lens = [300, 17, 1, 64, 129][:batch]
     cache, bt, _ = paged_cache(L, seq_lens, Hkv, 16, dtype=torch.bfloat16)
     q = torch.randn(batch, Hq, D, device=DEVICE).to(torch.bfloat16)
     sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, block_n=cfg.block_n,
-                      num_warps=cfg.num_warps, num_stages=cfg.num_stages, block_h=cfg.block_h)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, fold=fold, **cfg.kwargs())
     ref = R.decode_reference(q.float(), cache, bt, sl, L, D ** -0.5)
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0)
 
@@ -248,6 +249,9 @@ def test_decode_launch_config_depends_on_batch_only():
     assert decode_launch_config(8, 2, 8, 256).num_splits * 8 * 2 <= 8 * 132
     assert decode_launch_config(8, 4, 8, 128, max_seq_len=1000).num_splits == 3
     assert decode_launch_config(512, 8, 8, 128).num_splits == 1
+    # block-table entries a tile ahead where the H200 timed them faster (folded <= 128, per-code 256)
+    assert [decode_launch_config(8, 4, 8, D, fold=f).table_ahead for D in (64, 128, 256) for f in (True, False)] \
+        == [True, False, True, False, False, True]
 
 
 KERNELS = {"decode": ("_int2_decode_split_kernel", "_int2_decode_tail_kernel", "_int2_decode_merge_kernel"),
@@ -318,8 +322,8 @@ def test_decode_compiles_one_variant_for_every_batch_size(monkeypatch):
         q = torch.zeros(B, Hq, D, device=DEVICE)
         bt = torch.zeros(B, 300, dtype=torch.int32, device=DEVICE)
         sl = torch.ones(B, dtype=torch.int32, device=DEVICE)
-        int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                    num_stages=cfg.num_stages, block_h=cfg.block_h, k_center=torch.zeros(B, Hkv, D, device=DEVICE),
+        int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, **cfg.kwargs(), fold=True,
+                    k_center=torch.zeros(B, Hkv, D, device=DEVICE),
                     sinks=16, window=(k_win, k_win, torch.zeros(B, 1700, dtype=torch.int32, device=DEVICE), 128))
     assert set(keys) == set(KERNELS["decode"])
     for name, variants in keys.items():

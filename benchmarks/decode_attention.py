@@ -225,8 +225,8 @@ def main():
                     help="session 7/8 comparison: int2_us with the per-code tile (--tile per-code) and the "
                          "folded tile also timed on the same launch (int2_fold_us, fold_speedup)")
     ap.add_argument("--table-ahead", action="store_true",
-                    help="also time the same tile with block-table entries loaded a tile ahead "
-                         "(int2_decode(table_ahead=True)): int2_table_ahead_us, table_ahead_speedup")
+                    help="also time the same tile with table_ahead (block-table entries a tile ahead) "
+                         "flipped from the launch config's choice: int2_table_flipped_us, table_flip_speedup")
     ap.add_argument("--out", default="decode_attention_h200.json")
     args = ap.parse_args()
     if args.fold:
@@ -268,14 +268,20 @@ def main():
                     table = torch.randperm(blocks, device="cuda").int().view(B, -1)
                     seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
                     q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
-                    cfg = decode_launch_config(B, Hkv, Hq // Hkv, D, props.multi_processor_count)
+                    cfg = decode_launch_config(B, Hkv, Hq // Hkv, D, props.multi_processor_count, fold=main_fold)
                     splits = cfg.num_splits
+
+                    def launch(**kw):
+                        """int2_decode's arguments as the engine launches the tile kw asks for (the
+                        launch config depends on it: table_ahead), overridden by kw."""
+                        folded = kw.get("fold", False) and not kw.get("lloyd_max", False)
+                        return dict(decode_launch_config(B, Hkv, Hq // Hkv, D, props.multi_processor_count,
+                                                         fold=folded).kwargs(), **kw)
                     out = torch.empty_like(q)
                     slots = splits + tail_slots(args.sinks, args.window)    # room for the tail's partials
                     ws = (torch.empty(B * Hq * slots * D, device="cuda"), torch.empty(B * Hq * slots, device="cuda"))
                     fn = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
-                                             workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                                             num_stages=cfg.num_stages, block_h=cfg.block_h, fold=main_fold)
+                                             workspace=ws, **launch(fold=main_fold))
                     try:
                         int2_us = timer.median_us(fn, iters=args.iters)
                     except Exception:
@@ -286,8 +292,7 @@ def main():
                         """Time the same launch with other int2_decode options; its largest
                         difference from the main output."""
                         fnv = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
-                                                  workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                                                  num_stages=cfg.num_stages, block_h=cfg.block_h, **kw)
+                                                  workspace=ws, **launch(**kw))
                         try:
                             fn()
                             ref_out = out.clone()
@@ -304,13 +309,13 @@ def main():
                     if args.fold:   # the folded tile (kernels/common.py int2_tile_folded), same launch
                         us, sp, err = variant("folded tile", fold=True)
                         extra.update(int2_fold_us=us, fold_speedup=sp, fold_max_abs_diff=err)
-                    if args.table_ahead:   # the split loop with block-table entries a tile ahead
-                        us, sp, err = variant("table ahead", fold=main_fold, table_ahead=True)
-                        extra.update(int2_table_ahead_us=us, table_ahead_speedup=sp, table_ahead_max_abs_diff=err)
+                    if args.table_ahead:   # the split loop with block-table entries a tile ahead, or not
+                        us, sp, err = variant(f"table ahead {'off' if cfg.table_ahead else 'on'}", fold=main_fold,
+                                              table_ahead=not cfg.table_ahead)
+                        extra.update(int2_table_flipped_us=us, table_flip_speedup=sp, table_flip_max_abs_diff=err)
                     if args.lloyd:
                         fnl = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
-                                                  workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                                                  num_stages=cfg.num_stages, block_h=cfg.block_h, lloyd_max=True)
+                                                  workspace=ws, **launch(lloyd_max=True))
                         try:
                             l_us = timer.median_us(fnl, iters=args.iters)
                         except Exception:
@@ -340,8 +345,7 @@ def main():
                         for name, kw in variants.items():
                             kw = dict(kw, lloyd_max=bool(args.lloyd), fold=main_fold and not args.lloyd)
                             fnw = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
-                                                      workspace=ws, block_n=cfg.block_n, num_warps=cfg.num_warps,
-                                                      num_stages=cfg.num_stages, block_h=cfg.block_h, **kw)
+                                                      workspace=ws, **launch(**kw))
                             try:
                                 times[name] = timer.median_us(fnw, iters=args.iters)
                             except Exception:
@@ -358,6 +362,7 @@ def main():
                     nbytes = B * S * Hkv * L.slot_bytes
                     row = dict(context_len=S, batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D,
                                group_size=G, block_size=args.block_size, num_splits=splits, block_n=cfg.block_n,
+                               table_ahead=cfg.table_ahead,
                                num_warps=cfg.num_warps, num_stages=cfg.num_stages, block_h=cfg.block_h,
                                int2_tile=args.tile, int2_us=round(int2_us, 2),
                                bf16_us=round(bf16[best], 2) if best else None, bf16_kernel=best,

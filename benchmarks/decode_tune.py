@@ -6,6 +6,7 @@ cap. Every variant is first checked against the torch reference on short sequenc
 
   python3 benchmarks/decode_tune.py --out decode_tune_h200.json
   python3 benchmarks/decode_tune.py --fold --variants 64/1/3,32/1/3,64/2/3 --per-sm 8,16   (the folded tile)
+  python3 benchmarks/decode_tune.py --fold --table-ahead --variants 64/1/4,128/2/3 --per-sm 8,16
 """
 import argparse
 import json
@@ -38,6 +39,7 @@ def main():
     ap.add_argument("--per-sm", default="8,12,16,24", help="programs per multiprocessor to try")
     ap.add_argument("--iters", type=int, default=15)
     ap.add_argument("--fold", action="store_true", help="the folded tile (int2_decode(fold=True)) instead")
+    ap.add_argument("--table-ahead", action="store_true", help="block-table entries a tile ahead (table_ahead=True)")
     ap.add_argument("--variants", default=None,
                     help="block_n/num_warps/num_stages[/maxnreg],... instead of the built-in list")
     ap.add_argument("--out", default="decode_tune_h200.json")
@@ -63,7 +65,8 @@ def main():
             variants = VARIANTS if not args.variants else \
                 [parse_variant(v) for v in args.variants.split(",")]
             for bn, nw, ns, reg in variants:
-                kw = dict(block_n=bn, num_warps=nw, num_stages=ns, block_h=bh, maxnreg=reg, fold=args.fold)
+                kw = dict(block_n=bn, num_warps=nw, num_stages=ns, block_h=bh, maxnreg=reg, fold=args.fold,
+                          table_ahead=args.table_ahead)
                 try:
                     got = int2_decode(q, cache, table, short, L, D ** -0.5, splits, **kw)[:2].float()
                     err = (got - ref).abs().max().item()
@@ -76,7 +79,8 @@ def main():
                     us = float("nan")
                 rows.append(dict(num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, batch=B, context_len=S,
                                  group_size=G, block_size=BS, per_sm=per_sm, num_splits=splits, block_n=bn,
-                                 num_warps=nw, num_stages=ns, maxnreg=reg, fold=args.fold, int2_us=round(us, 2)))
+                                 num_warps=nw, num_stages=ns, maxnreg=reg, fold=args.fold,
+                                 table_ahead=args.table_ahead, int2_us=round(us, 2)))
                 line.append(f"{per_sm}:{splits}:{bn}/{nw}/{ns}/{reg}={us:.0f}")
         best = min((r for r in rows[-len(line):] if r["int2_us"] == r["int2_us"]), key=lambda r: r["int2_us"])
         log(f"Hq{Hq}/kv{Hkv}/D{D} B={B}: " + " ".join(line))

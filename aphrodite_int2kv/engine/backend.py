@@ -496,11 +496,10 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         if m.num_decodes:
             # The launch shape depends on the batch only, so CUDA-graph capture and replay match.
             cfg = decode_launch_config(m.num_decodes, self.num_kv_heads, self.num_heads // self.num_kv_heads,
-                                       self.head_size, _num_sms(query.device))
+                                       self.head_size, _num_sms(query.device), fold=self.opts.fold_decode)
             int2_decode(q[:nd], cache, m.block_table[:m.num_decodes], m.seq_lens[:m.num_decodes],
                         self.layout, self.scale, cfg.num_splits, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max,
-                        block_n=cfg.block_n, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-                        block_h=cfg.block_h, sinks=sinks, fold=self.opts.fold_decode,
+                        **cfg.kwargs(), sinks=sinks, fold=self.opts.fold_decode,
                         k_center=_rows(center, 0, m.num_decodes) if sinks else None,
                         window=(win[0], win[1], win[2].block_table[:m.num_decodes], self.window) if win else None)
         if m.num_prefills:

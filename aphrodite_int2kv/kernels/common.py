@@ -487,7 +487,7 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
                 TABLE_AHEAD: tl.constexpr = False):
     """Tiles starting at lo, lo + N, ... below hi; positions >= end are masked. FOLD (uniform
     levels only): int2_tile_folded instead of int2_tile. TABLE_AHEAD: block-table entries a tile
-    ahead (experimental, see below)."""
+    ahead (see below; decode_launch_config picks it)."""
     if FOLD and not LLOYD:     # the query's per-group sums, [ROWS, NG], once per span
         gidx = tl.arange(0, NG)[None, :]
         qsums = tl.zeros([ROWS, NG], tl.float32)

@@ -62,7 +62,7 @@ def _int2_decode_split_kernel(
     DOT: tl.constexpr, FAST: tl.constexpr,
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
     FOLD: tl.constexpr = False,                  # int2_tile_folded (common.py): uniform levels
-    TABLE_AHEAD: tl.constexpr = False,           # experimental: block-table entries a tile ahead
+    TABLE_AHEAD: tl.constexpr = False,           # block-table entries a tile ahead (common.py)
 ):
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
@@ -234,11 +234,17 @@ class DecodeLaunch:
     num_warps: int
     num_stages: int
     block_h: int
+    table_ahead: bool = False
+
+    def kwargs(self) -> dict:
+        """int2_decode's launch arguments (all but num_splits)."""
+        return dict(block_n=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages,
+                    block_h=self.block_h, table_ahead=self.table_ahead)
 
 
 @functools.lru_cache(maxsize=1024)      # called per layer and step with a handful of distinct shapes
 def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: int,
-                         num_sms: int = 132, max_seq_len: int | None = None) -> DecodeLaunch:
+                         num_sms: int = 132, max_seq_len: int | None = None, fold: bool = True) -> DecodeLaunch:
     """Launch shape of the split-KV decode, from the H200 sweeps in benchmarks/results/
     (decode_tune_h200.log, session6/decode_tune_h200.log): one-warp programs (no cross-warp
     softmax reductions) of 64 tokens at head_dim <= 128, of 32 tokens at head_dim 256 (17 % faster
@@ -249,7 +255,11 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     4 KV heads cost 13 % over 16 once the lengths divided evenly).
     Depends only on the batch and head shapes (not on sequence lengths) unless max_seq_len is
     given, so a CUDA graph captured for a batch size replays the same grid; each program then
-    divides its sequence's actual length by the split count."""
+    divides its sequence's actual length by the split count.
+    table_ahead (block-table entries a tile ahead) where the H200 measured it faster
+    (session9/decode_table_ahead_*_h200.log, 32K and 128K, batch 8-64): the folded tile at
+    head_dim <= 128 (1.06-1.14x; 0.98-1.00x at 256) and the per-code tile at 256 (1.04-1.05x;
+    0.92-0.94x at 128)."""
     block_h = block_h_for(ratio)
     tiles = -(-ratio // block_h)
     programs_per_split = max(1, batch * num_kv_heads * tiles)
@@ -258,9 +268,10 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     if max_seq_len is not None:
         splits = min(splits, max(1, max_seq_len // 256))
     splits = max(1, min(splits, 256))
+    table_ahead = fold == (head_dim <= 128)
     if head_dim <= 128:
-        return DecodeLaunch(splits, 64, 1, 3, block_h)
-    return DecodeLaunch(splits, 32, 1, 3, block_h)
+        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead)
+    return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead)
 
 
 TAIL_N = 32     # window tokens per tail program (and the sinks' tile)
@@ -319,8 +330,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     `fold`: the splits run the folded tile (common.py int2_tile_folded: codes straight into the
     tensor cores, scale and zero applied to the dot products; uniform levels only), else the per-code
     tile (each code dequantized before its dot).
-    `table_ahead` (experimental, not yet timed on a GPU): the split loop loads each tile's
-    block-table entries an iteration early, which lets Triton pipeline the tile's copies.
+    `table_ahead`: the split loop loads each tile's block-table entries an iteration early, which
+    lets Triton's pipeliner keep a tile's copies in flight (decode_launch_config says when it pays).
     The `num_splits` int2 splits read positions [sinks, L - R); the tail kernel reads the sinks
     (one program) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
