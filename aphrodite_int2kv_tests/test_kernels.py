@@ -22,13 +22,16 @@ ATOL = 2e-2 if ON_GPU else 1e-4
 
 
 def paged_cache(layout, seq_lens, num_kv_heads, block_size, dtype=torch.float32, seed=0,
-                lloyd=False, k_clip=1.0, v_clip=1.0):
+                lloyd=False, k_clip=1.0, v_clip=1.0, garbage=False):
     """A shuffled paged cache holding random rotated K/V for each sequence; returns
-    (cache, block_table, the K/V written)."""
+    (cache, block_table, the K/V written). garbage: the bytes no token was written to are random
+    (NaN and Inf fp16 patterns among them) instead of zero."""
     g = torch.Generator().manual_seed(seed)
     max_blocks = max(1, -(-max(seq_lens) // block_size))
     num_blocks = len(seq_lens) * max_blocks + 3
-    cache = torch.zeros(num_blocks, block_size, num_kv_heads, layout.slot_bytes, dtype=torch.uint8)
+    shape = (num_blocks, block_size, num_kv_heads, layout.slot_bytes)
+    cache = torch.randint(0, 256, shape, generator=g, dtype=torch.uint8) if garbage else \
+        torch.zeros(shape, dtype=torch.uint8)
     block_table = torch.randperm(num_blocks, generator=g)[:len(seq_lens) * max_blocks]
     block_table = block_table.reshape(len(seq_lens), max_blocks).int()
     cache, block_table = cache.to(DEVICE), block_table.to(DEVICE)
@@ -195,6 +198,26 @@ def test_decode_table_ahead_per_code(D, G, Hq, Hkv, BS, splits):
     out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, table_ahead=True, block_n=32)
     ref = R.decode_reference(q[:3], cache, bt, sl[:3], L, D ** -0.5)
     torch.testing.assert_close(out[:3].float(), ref, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("fold,table_ahead", [(True, True), (True, False), (False, False), (False, True)])
+def test_decode_one_page_tiles_over_garbage(fold, table_ahead):
+    """Pages of 128 with 64-token tiles, as the engine runs dense models: one block-table entry per
+    tile and the code bytes read unmasked (common.py _int2_tiles). The bytes no token was written
+    to are random -- NaN and Inf scales among them -- and must not reach the output; 16 sinks make
+    the first split start below its first position (masked), 300 tokens cross pages."""
+    D, G, Hq, Hkv, BS = 128, 64, 16, 2, 128
+    L = SlotLayout(D, G)
+    seq_lens = [300, 17, 1, 200, 129]
+    cache, bt, _ = paged_cache(L, seq_lens, Hkv, BS, garbage=True)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    c = 2.0 * torch.randn(Hkv, D, device=DEVICE)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 3, fold=fold, sinks=16, k_center=c,
+                      table_ahead=table_ahead, block_n=64)
+    ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5, sinks=16, k_center=c)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
 
 
 @pytest.mark.parametrize("table_ahead", [False, True])

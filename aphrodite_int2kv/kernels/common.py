@@ -139,19 +139,28 @@ def load_meta(meta_f16, nmask, OFF: tl.constexpr, NG: tl.constexpr):
 
 
 @triton.jit
-def load_slots(cache_u8, cache_f16, slot, nmask, W: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr,
-               OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr):
-    """A tile's slots (byte offsets [N], valid where nmask): K and V code bytes [N, W] uint8 and the
-    four metadata tiles [N, NG] fp16 (K scale, K zero, V scale, V zero).
+def load_slots(base_u8, base_f16, slot, nmask, W: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr,
+               OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
+               MASK_CODES: tl.constexpr = True):
+    """A tile's slots at byte offsets slot [N] from base_u8 (base_f16: the same address as fp16), valid
+    where nmask: K and V code bytes [N, W] uint8 and the four metadata tiles [N, NG] fp16 (K scale,
+    K zero, V scale, V zero).
     The metadata are contiguous in a slot (docs/format.md), so they come in one vector load per token
     and are split in registers: four loads of NG values each made ~4 sector requests per token
-    where one does (Nsight Compute: 61 % of the split kernel's L2 sector requests were excess)."""
+    where one does (Nsight Compute: 61 % of the split kernel's L2 sector requests were excess).
+    MASK_CODES=False when every slot lies in allocated memory (one valid page per tile): the code
+    bytes are then read unmasked -- codes are finite whatever the bytes, and the masked (zero)
+    scales and zeros make a masked token's keys and values exactly 0."""
     tl.static_assert(OFF_KZ == OFF_KS + 2 * NG and OFF_VS == OFF_KZ + 2 * NG and OFF_VZ == OFF_VS + 2 * NG)
     N: tl.constexpr = slot.shape[0]
     cols = tl.arange(0, W)
-    meta = cache_f16 + slot // 2                      # slots are 16-byte aligned
-    kbytes = tl.load(cache_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
-    vbytes = tl.load(cache_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
+    meta = base_f16 + slot // 2                       # slots are 16-byte aligned
+    if MASK_CODES:
+        kbytes = tl.load(base_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
+        vbytes = tl.load(base_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
+    else:
+        kbytes = tl.load(base_u8 + slot[:, None] + cols[None, :])
+        vbytes = tl.load(base_u8 + slot[:, None] + (OFF_V + cols)[None, :])
     # [N, 4 NG] -> [N, 2 (K|V), 2 (scale|zero), NG] -> [N, NG, K|V, scale|zero], split twice
     both = tl.permute(tl.reshape(load_meta(meta, nmask, OFF_KS, 4 * NG), [N, 2, 2, NG]), (0, 3, 1, 2))
     scales, zeros = tl.split(both)                    # [N, NG, 2 (K|V)] each
@@ -486,7 +495,7 @@ def tile_pages(table_row, tok, nmask, BLOCK_SIZE: tl.constexpr):
 
 
 @triton.jit
-def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, table_row, head_off,
+def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first, end, table_row, head_off,
                 stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE: tl.constexpr,
                 ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                 SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
@@ -494,9 +503,14 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
                 L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
                 FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False,
                 TABLE_AHEAD: tl.constexpr = False):
-    """Tiles starting at lo, lo + N, ... below hi; positions >= end are masked. FOLD (uniform
-    levels only): int2_tile_folded instead of int2_tile. TABLE_AHEAD: block-table entries a tile
-    ahead (see below; decode_launch_config picks it)."""
+    """Tiles starting at lo, lo + N, ... below hi (lo a multiple of N); positions < first or >= end
+    are masked. FOLD (uniform levels only): int2_tile_folded instead of int2_tile. TABLE_AHEAD:
+    block-table entries a tile ahead (see below; decode_launch_config picks it).
+    When N divides the page size, the tiles (starting on multiples of N) never cross a page: one
+    block-table entry per tile and the slots' addresses are one scalar base plus offsets fixed for
+    the whole loop, instead of a page id, a 64-bit multiply and a layout conversion per token (the
+    address arithmetic was ~10 % of the folded loop's instructions)."""
+    ONE_PAGE: tl.constexpr = BLOCK_SIZE % N == 0
     if FOLD and not LLOYD:     # the query's per-group sums, [ROWS, NG], once per span
         gidx = tl.arange(0, NG)[None, :]
         qsums = tl.zeros([ROWS, NG], tl.float32)
@@ -509,14 +523,27 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
         qsums = tl.zeros([ROWS, NG], tl.float32)
         qmags = qsums
     ar = tl.arange(0, N)
-    if TABLE_AHEAD:
+    rows = ar * stride_cs                         # a page's token offsets (ONE_PAGE)
+    if ONE_PAGE and TABLE_AHEAD:
+        page_next = tl.load(table_row + lo // BLOCK_SIZE, mask=lo < end, other=0)
+    elif TABLE_AHEAD:
         page_next = tile_pages(table_row, lo + ar, lo + ar < end, BLOCK_SIZE)
     else:
         page_next = tl.zeros([N], tl.int32)       # unused
     for n0 in range(lo, hi, N):
         tok = n0 + ar
-        nmask = tok < end
-        if TABLE_AHEAD:
+        nmask = (tok < end) & (tok >= first)
+        if ONE_PAGE:
+            if TABLE_AHEAD:
+                page = page_next
+                page_next = tl.load(table_row + (n0 + N) // BLOCK_SIZE, mask=n0 + N < end, other=0)
+            else:
+                page = tl.load(table_row + n0 // BLOCK_SIZE)
+            base = page.to(tl.int64) * stride_cb + (n0 % BLOCK_SIZE) * stride_cs + head_off
+            kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
+                cache_u8 + base, cache_f16 + base // 2, rows, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ,
+                MASK_CODES=False)
+        elif TABLE_AHEAD:
             # The block-table entries of the next tile, loaded now and carried: this tile's copies
             # then depend on no load of their own iteration, and Triton's pipeliner keeps one tile's
             # copies in flight while another computes (TTGIR async_wait 6 instead of 0; SASS
@@ -525,9 +552,10 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
             page_next = tile_pages(table_row, tok + N, tok + N < end, BLOCK_SIZE)
         else:
             page = tile_pages(table_row, tok, nmask, BLOCK_SIZE)
-        slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
-        kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
-            cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
+        if not ONE_PAGE:
+            slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
+            kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
+                cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
         if FOLD and not LLOYD:
             m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile_folded(
                 m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags,
@@ -542,7 +570,7 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, end, t
 
 
 @triton.jit
-def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_row, head_off,
+def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first, table_row, head_off,
               stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE: tl.constexpr,
               ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
               SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
@@ -550,18 +578,19 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, table_ro
               L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
               FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False,
               TABLE_AHEAD: tl.constexpr = False):
-    """Positions [lo, hi) of one sequence from the paged int2 cache, N at a time. table_row: the
-    sequence's block-table row (pointer); head_off: the KV head's byte offset in a token's row.
+    """Positions [max(lo, first), hi) of one sequence from the paged int2 cache, N at a time from lo
+    (a multiple of N). table_row: the sequence's block-table row (pointer); head_off: the KV head's
+    byte offset in a token's row.
     Only the tiles holding positions < SINKS pay for the sink correction (their own loop)."""
     sink_hi = lo
     if SINKS > 0:
         sink_hi = tl.minimum(hi, lo + tl.cdiv(tl.maximum(SINKS - lo, 0), N) * N)
         m_i, l_i, acc0, acc1, acc2, acc3 = _int2_tiles(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, sink_hi, hi, table_row, head_off,
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, sink_hi, first, hi, table_row, head_off,
             stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE, ROWS, N, W, G, NG, SEG,
             OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
     return _int2_tiles(
-        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, sink_hi, hi, hi, table_row, head_off,
+        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, sink_hi, hi, first, hi, table_row, head_off,
         stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE, ROWS, N, W, G, NG, SEG,
         OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD, TABLE_AHEAD)
 

@@ -85,14 +85,17 @@ def _int2_decode_split_kernel(
     # window) are read by the tail kernel, so no int2 program carries their code or their latency.
     int2_len = tl.maximum(seq_len - window_len, 0)
     lo = tl.minimum(head_len, int2_len)
-    per_split = tl.cdiv(tl.cdiv(int2_len - lo, num_splits), BLOCK_N) * BLOCK_N
-    start = lo + split * per_split
+    # splits (and so tiles) start on multiples of BLOCK_N, positions below lo masked: a tile then
+    # never crosses a page when BLOCK_N divides the page size (common.py _int2_tiles)
+    base = (lo // BLOCK_N) * BLOCK_N
+    per_split = tl.cdiv(tl.cdiv(int2_len - base, num_splits), BLOCK_N) * BLOCK_N
+    start = base + split * per_split
     end = tl.minimum(start + per_split, int2_len)
 
     q0, q1, q2, q3 = query_planes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, DOT)
     m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_H, W)
     m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
-        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end,
+        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end, lo,
         block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
         qk_scale, l_i, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
         OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD, TABLE_AHEAD)
@@ -143,7 +146,7 @@ def _int2_decode_tail_kernel(
         qc = tl.zeros([BLOCK_H], tl.float32)
     if SINKS > 0 and tail == window_programs:
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.minimum(head_len, int2_len),
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.minimum(head_len, int2_len), 0,
             block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
             qk_scale, qc, BLOCK_SIZE, BLOCK_H, TAIL_N, W, G, NG, SEG,
             OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)

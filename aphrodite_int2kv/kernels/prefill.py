@@ -78,7 +78,7 @@ def _int2_prefill_kernel(
     else:
         win_start = prefix_len
     m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
-        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, win_start,
+        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, win_start, 0,
         block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
         qk_scale, qc, BLOCK_SIZE, BLOCK_M, BLOCK_N, W, G, NG, SEG,
         OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
