@@ -259,10 +259,10 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     Depends only on the batch and head shapes (not on sequence lengths) unless max_seq_len is
     given, so a CUDA graph captured for a batch size replays the same grid; each program then
     divides its sequence's actual length by the split count.
-    table_ahead (block-table entries a tile ahead) where the H200 measured it faster
-    (session9/decode_table_ahead_*_h200.log, 32K and 128K, batch 8-64): the folded tile at
-    head_dim <= 128 (1.06-1.14x; 0.98-1.00x at 256) and the per-code tile at 256 (1.04-1.05x;
-    0.92-0.94x at 128)."""
+    table_ahead (block-table entries a tile ahead) where the H200 measured it faster with one page
+    per tile (session9/onepage_logs.tgz: ab_*.log, 32K and 128K, batch 8-64): the folded tile
+    (1.01-1.10x at head_dim 128, 1.14-1.18x at 256) and the per-code tile at head_dim 256
+    (1.06-1.09x; 0.98-1.00x at 128, left off)."""
     block_h = block_h_for(ratio)
     tiles = -(-ratio // block_h)
     programs_per_split = max(1, batch * num_kv_heads * tiles)
@@ -271,7 +271,7 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     if max_seq_len is not None:
         splits = min(splits, max(1, max_seq_len // 256))
     splits = max(1, min(splits, 256))
-    table_ahead = fold == (head_dim <= 128)
+    table_ahead = fold or head_dim > 128
     if head_dim <= 128:
         return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead)
     return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead)
