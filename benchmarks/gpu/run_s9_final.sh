@@ -21,5 +21,5 @@ run 60 decode_window python3 benchmarks/decode_attention.py --graph --window 128
 grep -h "window 128" $OUT/logs/decode_window.log | cut -c1-150
 run 200 e2e_dense8b python3 benchmarks/gpu/e2e_throughput.py --model-config dense8b \
   --kv int2 --context 32768 --concurrency 11 --out $OUT/e2e_dense8b_int2_s9.jsonl
-tail -3 $OUT/e2e_dense8b_int2_s9.jsonl | cut -c1-300
+grep -h "^ROW" $OUT/logs/e2e_dense8b.log | cut -c1-400
 (cd $OUT && tar czf final_logs.tgz logs && rm -r logs)
