@@ -220,6 +220,22 @@ def test_decode_one_page_tiles_over_garbage(fold, table_ahead):
     torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("D,G,BS", [(128, 64, 128), (256, 64, 16)])
+def test_folded_decode_sharp_scores(D, G, BS):
+    """The folded tile raises its running max (and rescales) only when a row's max grew by more
+    than 2^8, deferring the V bias to after the last tile: with queries scaled up 30x the scores
+    spread over hundreds of log2 units, so later tiles both grow the max past that (rescale) and
+    stay within it (no rescale), in the same split. Against the reference."""
+    L = SlotLayout(D, G)
+    seq_lens = [300, 77, 1]
+    cache, bt, _ = paged_cache(L, seq_lens, 2, BS, seed=3)
+    q = 30.0 * torch.randn(len(seq_lens), 16, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, fold=True, block_n=32, table_ahead=True)
+    ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5)
+    torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
+
+
 @pytest.mark.parametrize("table_ahead", [False, True])
 @pytest.mark.parametrize("D,G,Hq,Hkv,BS,splits", DECODE_CASES[:8])
 def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits, table_ahead):
