@@ -24,8 +24,6 @@ import triton.language as tl
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS
 
 LOG2E = 1.4426950408889634
-# The folded tile raises its running max only when a row's max grew by more than 2^LAZY_LOG2
-LAZY_LOG2 = tl.constexpr(8.0)
 
 # PTX for one plane, 4 codes per call. Operands: $0, $1 out (fp16 pairs: elements 0-1, 2-3);
 # $2 the 4 code bytes; $3, $4 scale pairs; $5, $6 zero pairs. _UNPACK leaves the exact codes as
@@ -370,7 +368,7 @@ def folded_query_sums(q0, q1, q2, q3, g: tl.constexpr, W: tl.constexpr, G: tl.co
 
 
 @triton.jit
-def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, zsums, psums, q0, q1, q2, q3, qsums, qmags,
+def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags,
                      kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
                      ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                      DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr):
@@ -405,47 +403,6 @@ def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, zsums, psums, q0, q1, q2,
     if SINKS > 0:
         sT = sT - tl.where(tok[:, None] < SINKS, qc[None, :], 0.0)
     sT = tl.where(nmask[:, None], sT * qk_scale, float("-inf"))
-
-    if G >= W:
-        # One group per plane: the per-head bias terms (sum_t p vz, sum_t p vs) are summed in
-        # zsums / psums [ROWS, NG] and applied once after the last tile (fold_bias), and the
-        # running max is raised -- accumulators rescaled -- only when some row's max grew by more
-        # than 2^LAZY_LOG2 (p <= 2^8 in between: fp16 holds it). Most tiles then cost no per-element
-        # work on the accumulators at all, only their MMAs.
-        m_tile = tl.max(sT, axis=0)
-        grow = tl.max(tl.where(m_tile > m_i, m_tile - m_i, 0.0), axis=0)
-        if grow > LAZY_LOG2:
-            m_new = tl.maximum(m_i, m_tile)
-            alpha = tl.exp2(m_i - m_new)
-            acc0 = acc0 * alpha[:, None]
-            acc1 = acc1 * alpha[:, None]
-            acc2 = acc2 * alpha[:, None]
-            acc3 = acc3 * alpha[:, None]
-            zsums = zsums * alpha[:, None]
-            psums = psums * alpha[:, None]
-            l_i = l_i * alpha
-            m_i = m_new
-        m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
-        pT = tl.exp2(sT - m_safe[None, :])
-        l_i = l_i + tl.sum(pT, axis=0)
-        p_rows = tl.trans(pT).to(DOT)                                    # [ROWS, N]
-        zsums = tl.dot(p_rows, v_zero.to(DOT), zsums)                    # += sum_t p vz, per group
-        gidx = tl.arange(0, NG)[None, :]
-        for g in tl.static_range(NG):
-            pg = p_rows * column(v_scale, g, NG, N).to(DOT)[None, :]     # [ROWS, N]: P with V's scales
-            # the *rounded* pg the dots multiply (see fold_bias)
-            psums = tl.where(gidx == g, psums + tl.sum(pg.to(tl.float32), axis=1)[:, None], psums)
-            for P in tl.static_range(4):
-                if _overlaps(P, g, W, G):
-                    if P == 0:
-                        acc0 = tl.dot(pg, raw_plane(vbytes, P, FAST).to(DOT), acc0)
-                    elif P == 1:
-                        acc1 = tl.dot(pg, raw_plane(vbytes, P, FAST).to(DOT), acc1)
-                    elif P == 2:
-                        acc2 = tl.dot(pg, raw_plane(vbytes, P, FAST).to(DOT), acc2)
-                    else:
-                        acc3 = tl.dot(pg, raw_plane(vbytes, P, FAST).to(DOT), acc3)
-        return m_i, l_i, acc0, acc1, acc2, acc3, zsums, psums
 
     m_new = tl.maximum(m_i, tl.max(sT, axis=0))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -485,27 +442,7 @@ def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, zsums, psums, q0, q1, q2,
                     acc2 = acc
                 else:
                     acc3 = acc
-    return m_new, l_i, acc0, acc1, acc2, acc3, zsums, psums
-
-
-@triton.jit
-def fold_bias(acc0, acc1, acc2, acc3, zsums, psums, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
-              ROWS: tl.constexpr, FAST: tl.constexpr):
-    """After the last folded tile (G >= W): each plane's columns get their group's bias,
-    sum_t p vz - M_P sum_t p vs. M_P sum_t p vs cancels the M_P the dots multiplied into every
-    column; the sums are of the rounded p vs the dots used, so it cancels exactly up to fp32
-    accumulation."""
-    for P in tl.static_range(4):
-        bias = (column(zsums, (P * W) // G, NG, ROWS) - column(psums, (P * W) // G, NG, ROWS) * magic(P, FAST))[:, None]
-        if P == 0:
-            acc0 += bias
-        elif P == 1:
-            acc1 += bias
-        elif P == 2:
-            acc2 += bias
-        else:
-            acc3 += bias
-    return acc0, acc1, acc2, acc3
+    return m_new, l_i, acc0, acc1, acc2, acc3
 
 
 @triton.jit
@@ -585,8 +522,6 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first,
     else:
         qsums = tl.zeros([ROWS, NG], tl.float32)
         qmags = qsums
-    zsums = tl.zeros([ROWS, NG], tl.float32)      # the folded tile's deferred bias sums
-    psums = tl.zeros([ROWS, NG], tl.float32)
     ar = tl.arange(0, N)
     rows = ar * stride_cs                         # a page's token offsets (ONE_PAGE)
     if ONE_PAGE and TABLE_AHEAD:
@@ -622,8 +557,8 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first,
             kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
                 cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
         if FOLD and not LLOYD:
-            m_i, l_i, acc0, acc1, acc2, acc3, zsums, psums = int2_tile_folded(
-                m_i, l_i, acc0, acc1, acc2, acc3, zsums, psums, q0, q1, q2, q3, qsums, qmags,
+            m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile_folded(
+                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags,
                 kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
                 ROWS, N, W, G, NG, DOT, FAST, SINKS)
         else:
@@ -631,8 +566,6 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first,
                 m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
                 kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
                 ROWS, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
-    if FOLD and not LLOYD and G >= W:
-        acc0, acc1, acc2, acc3 = fold_bias(acc0, acc1, acc2, acc3, zsums, psums, W, G, NG, ROWS, FAST)
     return m_i, l_i, acc0, acc1, acc2, acc3
 
 
