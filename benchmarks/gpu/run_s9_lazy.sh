@@ -11,15 +11,7 @@ set -u
 source benchmarks/gpu_setup.sh > $OUT/setup.log 2>&1
 python3 .gpu-bundle/gpu/make_models.py /tmp/models > /dev/null 2>&1
 mkdir -p $OUT/logs
-python3 -m pytest -q -p no:cacheprovider --collect-only aphrodite_int2kv_tests/test_kernels.py 2>/dev/null \
-  | grep "::" > /tmp/ids; echo "$(wc -l < /tmp/ids) kernel tests"
-split -n r/4 /tmp/ids /tmp/shard_
-for f in /tmp/shard_*; do
-  timeout 200 python3 -m pytest -q -p no:cacheprovider $(cat $f) > $OUT/logs/kernel_tests_$(basename $f).log 2>&1 &
-done
-wait; echo "tests done at ${SECONDS}s"; tail -qn1 $OUT/logs/kernel_tests_shard_*.log
-grep -h "^FAILED\|Error" $OUT/logs/kernel_tests_shard_*.log | cut -c1-200 | head -10
-if grep -qE "[0-9]+ (failed|errors?)" $OUT/logs/kernel_tests_shard_*.log; then (cd $OUT && tar czf lazy_logs.tgz logs); exit 1; fi
+bash benchmarks/gpu/kernel_tests_sharded.sh $OUT/logs 200 || { (cd $OUT && tar czf lazy_logs.tgz logs); exit 1; }
 run() { local t=$1 label=$2; shift 2; if [ $((585 - SECONDS)) -lt $t ]; then t=$((585 - SECONDS)); fi
         [ $t -gt 20 ] || { echo "$label skipped (time)"; return; }
         timeout $t env "$@" > "$OUT/logs/$label.log" 2>&1; echo "$label exit $? at ${SECONDS}s"; }

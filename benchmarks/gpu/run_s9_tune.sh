@@ -6,14 +6,7 @@
 # the folded split kernel as the engine launches it (where in the loop the warps wait).
 set -u
 source benchmarks/gpu_setup.sh > $OUT/setup.log 2>&1
-python3 -m pytest -q -p no:cacheprovider --collect-only aphrodite_int2kv_tests/test_kernels.py 2>/dev/null \
-  | grep "::" > /tmp/ids; echo "$(wc -l < /tmp/ids) kernel tests"
-split -n r/4 /tmp/ids /tmp/shard_
-for f in /tmp/shard_*; do
-  timeout 240 python3 -m pytest -q -p no:cacheprovider $(cat $f) > $OUT/gpu_kernel_tests_$(basename $f).log 2>&1 &
-done
-wait; echo "tests done at ${SECONDS}s"; tail -qn1 $OUT/gpu_kernel_tests_shard_*.log
-grep -h "FAILED\|Error" $OUT/gpu_kernel_tests_shard_*.log | head -10
+bash benchmarks/gpu/kernel_tests_sharded.sh $OUT 240
 timeout 150 python3 benchmarks/decode_tune.py --fold --table-ahead --per-sm 8,16 \
   --variants 64/1/3,64/1/4,64/1/2,128/2/3,128/2/4,32/1/4 --out $OUT/decode_tune_table_ahead.json \
   > $OUT/decode_tune_table_ahead.log 2>&1; echo "tune exit $? at ${SECONDS}s"; grep -v "^ " $OUT/decode_tune_table_ahead.log | tail -8 | cut -c1-400
