@@ -522,6 +522,10 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first,
     else:
         qsums = tl.zeros([ROWS, NG], tl.float32)
         qmags = qsums
+    # TABLE_AHEAD: the block-table entries of the next tile are loaded in this iteration and
+    # carried, so a tile's copies depend on no load of their own iteration, and Triton's pipeliner
+    # keeps one tile's copies in flight while another computes (TTGIR async_wait 6 -- 3 with one
+    # page per tile -- instead of 0). Entries two tiles ahead made it give up on async copies.
     ar = tl.arange(0, N)
     rows = ar * stride_cs                         # a page's token offsets (ONE_PAGE)
     if ONE_PAGE and TABLE_AHEAD:
@@ -533,7 +537,7 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first,
     for n0 in range(lo, hi, N):
         tok = n0 + ar
         nmask = (tok < end) & (tok >= first)
-        if ONE_PAGE:
+        if ONE_PAGE:    # one block-table entry per tile; slots at one scalar base + rows
             if TABLE_AHEAD:
                 page = page_next
                 page_next = tl.load(table_row + (n0 + N) // BLOCK_SIZE, mask=n0 + N < end, other=0)
@@ -543,16 +547,12 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first,
             kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
                 cache_u8 + base, cache_f16 + base // 2, rows, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ,
                 MASK_CODES=False)
-        elif TABLE_AHEAD:
-            # The block-table entries of the next tile, loaded now and carried: this tile's copies
-            # then depend on no load of their own iteration, and Triton's pipeliner keeps one tile's
-            # copies in flight while another computes (TTGIR async_wait 6 instead of 0; SASS
-            # DEPBAR.LE SB0, 0x6). Entries two tiles ahead made it give up on async copies.
-            page = page_next
-            page_next = tile_pages(table_row, tok + N, tok + N < end, BLOCK_SIZE)
-        else:
-            page = tile_pages(table_row, tok, nmask, BLOCK_SIZE)
-        if not ONE_PAGE:
+        else:           # a page id per token
+            if TABLE_AHEAD:
+                page = page_next
+                page_next = tile_pages(table_row, tok + N, tok + N < end, BLOCK_SIZE)
+            else:
+                page = tile_pages(table_row, tok, nmask, BLOCK_SIZE)
             slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
             kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
                 cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
