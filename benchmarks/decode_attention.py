@@ -279,7 +279,7 @@ def main():
                                                          fold=folded).kwargs(), **kw)
                     out = torch.empty_like(q)
                     slots = splits + tail_slots(args.sinks, args.window)    # room for the tail's partials
-                    ws = (torch.empty(B * Hq * slots * D, dtype=q.dtype, device="cuda"), torch.empty(B * Hq * slots, device="cuda"))
+                    ws = (torch.empty(B * Hq * slots * D, device="cuda"), torch.empty(B * Hq * slots, device="cuda"))
                     fn = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                              workspace=ws, **launch(fold=main_fold))
                     try:

@@ -49,7 +49,7 @@ def _int2_decode_split_kernel(
     stride_cb, stride_cs, stride_ch,             # uint8 strides of [blocks, block_size, Hkv, slot]
     block_table_ptr, stride_bt,                  # [B, max_blocks] int32
     seq_lens_ptr,                                # [B] int32
-    part_out_ptr, part_lse_ptr,                  # [B, Hq, NUM_SPLITS, D] q's dtype, [B, Hq, NUM_SPLITS] fp32
+    part_out_ptr, part_lse_ptr,                  # [B, Hq, NUM_SPLITS, D] fp32, [B, Hq, NUM_SPLITS] fp32
     qk_scale,                                    # softmax scale * log2(e)
     num_splits, total_splits,                    # runtime: one compiled kernel serves every split count
     head_len, window_len,                        # runtime: tokens left to the tail kernel
@@ -183,8 +183,7 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, total_splits, out_ptr,
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_safe)
         w = tl.exp2(lse - m_safe)
-        parts = tl.load(part_out_ptr + (row + slots)[:, None] * D + dims[None, :], mask=smask[:, None],
-                        other=0.0).to(tl.float32)
+        parts = tl.load(part_out_ptr + (row + slots)[:, None] * D + dims[None, :], mask=smask[:, None], other=0.0)
         acc = acc * alpha + tl.sum(parts * w[:, None], axis=0)
         l = l * alpha + tl.sum(w, axis=0)
         m = m_new
@@ -195,18 +194,16 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, total_splits, out_ptr,
 @triton.jit
 def store_partial(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, acc0, acc1, acc2, acc3,
                   D: tl.constexpr, W: tl.constexpr):
-    """Write one program's partial result to slot rows `row` [BLOCK_H]: the normalized output (in
-    the workspace's dtype, int2_decode: the activations') and the log2-sum-exp (-inf, zeros where
-    the program saw no token)."""
+    """Write one program's partial result to slot rows `row` [BLOCK_H]: the normalized output and
+    the log2-sum-exp (-inf, zeros where the program saw no token)."""
     cols = tl.arange(0, W)
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)
     out_rows = part_out_ptr + row[:, None] * D + cols[None, :]
-    ty = part_out_ptr.dtype.element_ty
-    tl.store(out_rows + 0 * W, (acc0 * inv_l[:, None]).to(ty), mask=hmask[:, None])
-    tl.store(out_rows + 1 * W, (acc1 * inv_l[:, None]).to(ty), mask=hmask[:, None])
-    tl.store(out_rows + 2 * W, (acc2 * inv_l[:, None]).to(ty), mask=hmask[:, None])
-    tl.store(out_rows + 3 * W, (acc3 * inv_l[:, None]).to(ty), mask=hmask[:, None])
+    tl.store(out_rows + 0 * W, acc0 * inv_l[:, None], mask=hmask[:, None])
+    tl.store(out_rows + 1 * W, acc1 * inv_l[:, None], mask=hmask[:, None])
+    tl.store(out_rows + 2 * W, acc2 * inv_l[:, None], mask=hmask[:, None])
+    tl.store(out_rows + 3 * W, acc3 * inv_l[:, None], mask=hmask[:, None])
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     tl.store(part_lse_ptr + row, lse, mask=hmask)
 
@@ -325,11 +322,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
     (page ids); seq_lens [B] int32, the number of cached tokens to attend (current token included).
     `num_splits` is fixed by the caller so grids are identical between CUDA-graph capture and replay;
-    `workspace` = (part_out [B*Hq*S*D] in q_rot's dtype, part_lse [B*Hq*S] fp32) preallocated
-    buffers, optional (S = num_splits + tail_slots(sinks, window)). The partial outputs are
-    normalized averages of values in the activations' range, so the activations' dtype holds them
-    (the output is rounded to it anyway); at batch 1 and 256 splits they were 40 % of the bytes the
-    decode moves in fp32.
+    `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated buffers, optional
+    (S = num_splits + tail_slots(sinks, window)).
     K centering: with `sinks` > 0, positions < sinks hold uncentered keys (in the int2 cache and in
     the window) and q_rot . c is subtracted from their scores; `k_center` (fp32 [B, Hkv, D], each
     sequence's rotated offset, or [Hkv, D] for all) gives c, and the kernel computes q . c.
@@ -365,12 +359,11 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     tail_programs = tail_slots(sinks, int(window[3]) if window else 0)
     total_splits = num_splits + tail_programs
     if workspace is None:
-        part_out = torch.empty(B * Hq * total_splits * D, dtype=q_rot.dtype, device=q_rot.device)
+        part_out = torch.empty(B * Hq * total_splits * D, dtype=torch.float32, device=q_rot.device)
         part_lse = torch.empty(B * Hq * total_splits, dtype=torch.float32, device=q_rot.device)
     else:
         part_out, part_lse = workspace
         assert part_lse.numel() >= B * Hq * total_splits and part_out.numel() >= B * Hq * total_splits * D
-        assert part_out.dtype == q_rot.dtype and part_lse.dtype == torch.float32
     lv = LLOYD_MAX_LEVELS
     levels = dict(LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3])
     offsets = dict(OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
