@@ -358,6 +358,58 @@ def test_recent_window_in_the_engine_glue(impl, RW):
         assert (out[:1] - _expected(qA[20:], kA, vA, 20, 21)).abs().max() > 1e-2
 
 
+def test_ring_window_orders_a_chunks_writes_after_its_reads(impl):
+    """Ring mode (one window page per request, position p at offset p % W): a continuation of 10
+    tokens with R = 8 and W = 12 writes offsets its own prefix window still needs (keys 39-46 land
+    where keys 30-34 sit), so the impl stores a prefill's window keys only after the prefill has read
+    them; decodes read their own key from the ring. Every other table column points at a page of NaN:
+    reading the ring as a paged window would show."""
+    torch.manual_seed(3)
+    layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
+    RW, W = 8, 12
+    cache = torch.zeros(12, BS, HKV, SlotLayout(D, 32).slot_bytes, dtype=torch.uint8, device=DEVICE)
+    win = torch.zeros(6, W, HKV, 2 * D, device=DEVICE)
+    win[0] = float("nan")
+    k_win, v_win = win[..., :D], win[..., D:]
+    block_table = torch.tensor([[3, 7, 1, 0], [5, 2, 9, 11]], dtype=torch.int32, device=DEVICE)
+    wtable = torch.zeros(2, 5, dtype=torch.int32, device=DEVICE)
+    wtable[0, 0], wtable[1, 0] = 4, 2
+    kA, vA, qA = (torch.randn(21, h, D, device=DEVICE) for h in (HKV, HKV, HQ))
+    kB, vB, qB = (torch.randn(48, h, D, device=DEVICE) for h in (HKV, HKV, HQ))
+
+    from aphrodite_int2kv.engine.window import Int2WindowMetadata
+
+    impl.window = RW
+
+    def step(parts, seq_lens, q_lens, decodes, rows=(0, 1)):
+        key, value, query = (torch.cat([p[i] for p in parts]) for i in range(3))
+        n = key.shape[0]
+        starts = [l - q for l, q in zip(seq_lens, q_lens)]
+        slots = torch.cat([_slots(block_table, r, st, q) for r, st, q in zip(rows, starts, q_lens)])
+        rows = list(rows)
+        wmeta = Int2WindowMetadata(block_table=wtable[rows], slot_mapping=torch.full_like(slots, -7), ring=True)
+        impl._window_state = lambda layer, dtype: (k_win, v_win, wmeta)
+        m = _meta(seq_lens, q_lens, block_table[rows], slots, decodes)
+        impl.do_kv_cache_update(layer, key.reshape(n, -1), value.reshape(n, -1), engine_view(cache), slots,
+                                attn_metadata=m)
+        out = torch.empty(n, HQ * D, device=DEVICE)
+        impl.forward(layer, query.reshape(n, -1), key.reshape(n, -1), value.reshape(n, -1), engine_view(cache), m,
+                     output=out)
+        return out.view(n, HQ, D)
+
+    step([(kA[:20], vA[:20], qA[:20]), (kB[:37], vB[:37], qB[:37])], [20, 37], [20, 37], 0)
+    H = hadamard(D).to(DEVICE)
+    # only the last R keys of each prompt went into its page, at offset p % W
+    torch.testing.assert_close(k_win[2, 36 % W], R.rotate(kB[36:37], H)[0], atol=1e-5, rtol=0)
+    assert (k_win[2, 28 % W] == 0).all()                 # key 28 < 37 - R: not stored
+    out = step([(kA[20:], vA[20:], qA[20:]), (kB[37:47], vB[37:47], qB[37:47])], [21, 47], [1, 10], 1)
+    torch.testing.assert_close(out[:1], _expected(qA[20:], kA, vA, 20, 21 - RW), atol=1e-4, rtol=0)
+    torch.testing.assert_close(out[1:], _expected(qB[37:47], kB[:47], vB[:47], 37, 37 - (RW - 1)), atol=1e-4, rtol=0)
+    # B's next decode reads keys 40-46 (written after the chunk's reads) and its own from the ring
+    out = step([(kB[47:], vB[47:], qB[47:])], [48], [1], 1, rows=(1,))
+    torch.testing.assert_close(out, _expected(qB[47:], kB, vB, 47, 48 - RW), atol=1e-4, rtol=0)
+
+
 def test_window_views_read_both_engine_layouts(engine):
     """0.21-0.23 hand the window cache as [pages, block, Hkv, 2D] in the model dtype; 0.24 as the
     logical [pages, Hkv, block, bytes] view of the same memory. Both give the same K and V."""

@@ -614,3 +614,106 @@ def test_window_budget_counts_the_steps_in_flight(registered):
     assert Int2WindowSpec(**common).max_admission_blocks_per_request(2048, 32768) == 2 * window
     # a max_model_len shorter than the window caps the window's pages
     assert Int2WindowSpec(**common).max_admission_blocks_per_request(2048, 30) == 2 * (-(-30 // 20) + 1)
+
+
+def test_ring_window_holds_one_page_per_request(registered):
+    """Ring mode (prefix caching off, a page of >= R tokens): the engine's BlockPool driven as its
+    scheduler does, through chunked prefill and decode: the request holds exactly one page from its
+    first step to its end, the count predicts every allocation, the budget is that one page, and
+    the page returns to the pool. A ring smaller than the window is refused."""
+    from aphrodite.v1.core.block_pool import BlockPool
+    from aphrodite.v1.core.single_type_kv_cache_manager import get_manager_for_kv_cache_spec
+
+    from aphrodite_int2kv.engine.window import Int2WindowManager, Int2WindowSpec, window_budget_managed
+
+    assert window_budget_managed()
+    common = dict(num_kv_heads=4, head_size=256, dtype=torch.bfloat16, sliding_window=128)
+    with pytest.raises(Int2ConfigError, match="ring of 100 tokens cannot hold a window of 128"):
+        Int2WindowSpec(block_size=100, **common, ring=True)
+    W = 400
+    spec = Int2WindowSpec(block_size=W, **common, ring=True)
+    assert spec.max_admission_blocks_per_request(2048, 32768) == 1
+    pool = BlockPool(num_gpu_blocks=50, enable_caching=False, hash_block_size=W)
+    mgr = get_manager_for_kv_cache_spec(spec, **_manager_kwargs(get_manager_for_kv_cache_spec, 2048, W),
+                                        max_model_len=32768, block_pool=pool, enable_caching=False,
+                                        kv_cache_group_id=1)
+    assert isinstance(mgr, Int2WindowManager)
+    free0 = pool.get_num_free_blocks()
+    computed, page = 0, None
+    for num_tokens in [2048, 4096, 5000] + list(range(5001, 5030)):
+        mgr.remove_skipped_blocks("r", computed)
+        need = mgr.get_num_blocks_to_allocate("r", num_tokens, [], computed, *_middle_args(mgr, computed),
+                                              num_tokens)
+        if computed == 0:
+            (getattr(mgr, "allocate_new_computed_blocks", None) or mgr.add_local_computed_blocks)("r", [], 0, 0)
+        new = mgr.allocate_new_blocks("r", num_tokens, num_tokens)
+        assert len(new) == need == (1 if computed == 0 else 0)
+        blocks = mgr.req_to_blocks["r"]
+        assert len(blocks) == 1 and not blocks[0].is_null
+        page = page or blocks[0]
+        assert blocks[0] is page
+        assert pool.get_num_free_blocks() == free0 - 1
+        computed = num_tokens
+    mgr.free("r")
+    assert pool.get_num_free_blocks() == free0
+
+
+def _heads_dir(tmp_path, heads, kv_heads, head_dim):
+    from transformers import Qwen3Config
+
+    Qwen3Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+                max_position_embeddings=65536, architectures=["Qwen3ForCausalLM"],
+                torch_dtype="bfloat16").save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+def test_hybrid_ring_window_keeps_5x_at_32k(registered, tmp_path, monkeypatch):
+    """hybrid27b's shapes (the H200 capacity benchmark: 16 attention layers with 4 KV heads of 256,
+    48 GDN states of 1,634,304 B padded to the attention page; int2 pages of 2,560 tokens, bf16 of
+    400) through the engine's own grouping and capacity arithmetic at 32,848 tokens with prefix
+    caching off, the benchmark's setting. The window is a ring of one page per request: 13 int2 +
+    3 GDN + 1 window pages against bf16's 83 + 3 -> 5.06x. With the paged window (4 window pages,
+    measured on the H200: 4.30x) the same arithmetic stays below 5x."""
+    import dataclasses
+
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
+    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, MambaSpec
+
+    from aphrodite_int2kv.engine.window import Int2WindowSpec
+
+    monkeypatch.delenv("APHRODITE_INT2KV_RECENT_WINDOW", raising=False)
+    monkeypatch.delenv("APHRODITE_INT2KV_GROUP_SIZE", raising=False)
+    ctx = 32848
+    model = _heads_dir(tmp_path, 24, 4, 256)
+
+    def capacity(cfg, attn_specs):
+        page = next(s for n, s in attn_specs.items() if not n.endswith(".int2_window")).page_size_bytes
+        gdn = MambaSpec(block_size=ctx, shapes=((10240, 3), (48, 128, 128)), dtypes=(torch.bfloat16,) * 2,
+                        page_size_padded=page)
+        specs = dict(attn_specs, **{f"model.layers.{100 + i}.linear_attn": gdn for i in range(48)})
+        _resolve_layout(cfg)
+        (conf,) = get_kv_cache_configs(cfg, [specs], [40 << 30])
+        return get_max_concurrency_for_kv_cache_config(cfg, conf) * ctx
+
+    cfg = EngineArgs(model=model, kv_cache_dtype="int2", max_model_len=ctx, skip_tokenizer_init=True,
+                     enable_prefix_caching=False).create_engine_config()
+    cfg.cache_config.block_size = 2560
+    _build_int2_layers(cfg, 16)
+    specs = _engine_specs(cfg)
+    window = next(s for n, s in specs.items() if n.endswith(".int2_window"))
+    assert isinstance(window, Int2WindowSpec) and window.ring and window.block_size == 400
+    int2 = capacity(cfg, specs)
+    paged = capacity(cfg, {n: dataclasses.replace(s, ring=False) if isinstance(s, Int2WindowSpec) else s
+                           for n, s in specs.items()})
+
+    bf16_cfg = EngineArgs(model=model, max_model_len=ctx, skip_tokenizer_init=True,
+                          enable_prefix_caching=False).create_engine_config()
+    bf16 = capacity(bf16_cfg, {f"model.layers.{i}.self_attn.attn": FullAttentionSpec(
+        block_size=400, num_kv_heads=4, head_size=256, dtype=torch.bfloat16) for i in range(16)})
+    assert int2 / bf16 == pytest.approx(86 / 17, rel=0.01) and int2 / bf16 >= 5.0, int2 / bf16
+    assert paged / bf16 == pytest.approx(86 / 20, rel=0.01), paged / bf16
+    # with prefix caching on, the window stays paged (hit points need pages of their own)
+    cfg.cache_config.enable_prefix_caching = True
+    assert not _engine_specs(cfg)[next(n for n in specs if n.endswith(".int2_window"))].ring

@@ -182,7 +182,7 @@ class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
         check_engine_features(aphrodite_config)
         check_window_companions(aphrodite_config, layer_names)
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=False)
-        _log_active(kv_cache_spec, layer_names)
+        _log_active(kv_cache_spec, layer_names, aphrodite_config)
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
         meta = self.build(0, common_attn_metadata)
@@ -200,7 +200,7 @@ class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
                             num_prefills=num_prefills)
 
 
-def _log_active(spec, layer_names) -> None:
+def _log_active(spec, layer_names, aphrodite_config) -> None:
     """The start-up proof: one line per int2 KV-cache group in the worker."""
     try:
         from aphrodite.logger import init_logger
@@ -210,9 +210,14 @@ def _log_active(spec, layer_names) -> None:
         layout = SlotLayout(head, opts.group_for(head))
         window = ""
         if opts.recent_window:
+            ctx = aphrodite_config.compilation_config.static_forward_context
+            companion = ctx.get(window_name(next(iter(layer_names))))
+            ring = companion is not None and getattr(companion.get_kv_cache_spec(aphrodite_config), "ring", False)
+            pages = ("a ring of one page per request (prefix caching off)" if ring
+                     else "own sliding-window pages")
             window = (f"; + recent window of {opts.recent_window} tokens per sequence in full precision "
-                      f"({opts.recent_window * heads * head * 4} B per sequence per layer, own sliding-window "
-                      f"pages, counted in the engine's KV capacity)")
+                      f"({opts.recent_window * heads * head * 4} B per sequence per layer, {pages}, counted in "
+                      f"the engine's KV capacity)")
         init_logger("aphrodite.int2kv").info(
             "int2 KV cache active on %d layers (%s%s): %s; %d B per token per layer (bf16: %d B, %.2fx "
             "fewer); page %d tokens%s", len(layer_names), ", ".join(list(layer_names)[:2]),
@@ -282,6 +287,40 @@ def step_tokens(m, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     except TypeError:           # metadata without weak references: no reuse, still correct
         _STEP_TOKENS[0] = None
     return req, pos
+
+
+_RING: list = [None]            # (weakrefs to the step's int2 and window metadata, n, table, slots)
+
+
+def ring_window(m, wmeta, n: int, R: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ring window of this step (engine/window.py): (table [B, cols] int32 whose every entry is
+    the request's one window page, so the kernels read position p at offset p % W of it; slots
+    int64 [n]: page * W + p % W for the new tokens still inside the window after the step,
+    p >= seq_len - R, and -1 for the others and for padding). Device ops only (CUDA graphs);
+    computed once per step and shared by the group's layers."""
+    memo = _RING[0]
+    if memo is not None and memo[0]() is m and memo[1]() is wmeta and memo[2] == n:
+        return memo[3], memo[4]
+    bt = wmeta.block_table
+    table = bt[:, :1].expand(-1, bt.shape[1]).contiguous()
+    req, pos = step_tokens(m, n)
+    req = req.long()
+    page = bt[req, 0].long()
+    keep = (m.slot_mapping[:n] >= 0) & (pos >= m.seq_lens[req] - R)
+    slots = torch.where(keep, page * W + (pos % W).long(), -1)
+    try:
+        _RING[0] = (weakref.ref(m), weakref.ref(wmeta), n, table, slots)
+    except TypeError:
+        _RING[0] = None
+    return table, slots
+
+
+def _from_token(c: Centering | None, start: int) -> Centering | None:
+    """The centering of a store that begins at the step's token `start`."""
+    if c is None or start == 0:
+        return c
+    return dataclasses.replace(c, requests=None if c.requests is None else c.requests[start:],
+                               positions=None if c.positions is None else c.positions[start:])
 
 
 def _rows(center, lo, hi):
@@ -420,24 +459,43 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         store = dict(layout=self.layout, k_clip=self.opts.k_clip, v_clip=self.opts.v_clip,
                      lloyd_max=self.opts.lloyd_max, std_range=self.opts.std_range)
         win = self._window_state(layer, key.dtype)
-        sinks, centering = self._sinks(), None
+        sinks = self._sinks()
         m = None
-        if sinks or self.opts.k_center_first:
+        if sinks or self.opts.k_center_first or (win is not None and win[2].ring):
             m = attn_metadata if attn_metadata is not None else _layer_metadata(layer)
         if self.opts.k_center_first and m is not None:   # (no metadata: the profiling run)
-            req, pos = step_tokens(m, n)
-            first = Centering(None, positions=pos, sinks=sinks)
+            first = Centering(None, positions=step_tokens(m, n)[1], sinks=sinks)
             int2_store(k, v, slot_mapping, cache, **store, centering=first, only=1)
             self._centers_memo = None   # the first N keys were just written: recompute from them
-            centering = Centering(self._step_centers(cache, m), req, pos, sinks)
+            centering = self._store_centering(self._step_centers(cache, m), m, n)
             int2_store(k, v, slot_mapping, cache, **store, centering=centering, only=2)
         else:
-            if self._k_center is not None:
-                pos = step_tokens(m, n)[1] if sinks and m is not None else None
-                centering = Centering(self._k_center, positions=pos, sinks=sinks if pos is not None else 0)
+            centering = self._store_centering(self._k_center, m, n)
             int2_store(k, v, slot_mapping, cache, **store, centering=centering)
-        if win is not None:   # the window holds what the int2 cache holds, in full precision
+        if win is None:
+            return
+        # the window holds what the int2 cache holds, in full precision
+        if win[2].ring:
+            # The ring reuses offsets, so a chunk's keys could overwrite the prefix window it reads:
+            # decodes are stored now (each reads its own key from the ring), prefills by forward()
+            # once they have read it.
+            nd = m.num_decode_tokens
+            slots = ring_window(m, win[2], n, self.window, win[0].shape[1])[1]
+            window_store(k[:nd], v[:nd], slots[:nd], win[0], win[1], centering=centering)
+        else:
             window_store(k, v, win[2].slot_mapping[:n], win[0], win[1], centering=centering)
+
+    def _store_centering(self, center, m, n):
+        """How the store centers the step's n keys: K - c except at positions < sinks (None: no
+        centering). center: per request [B, Hkv, D] (data-free) or [Hkv, D] (rotation file)."""
+        if center is None:
+            return None
+        sinks = self._sinks()
+        if center.dim() == 3:
+            req, pos = step_tokens(m, n)
+            return Centering(center, req, pos, sinks)
+        pos = step_tokens(m, n)[1] if sinks and m is not None else None
+        return Centering(center, positions=pos, sinks=sinks if pos is not None else 0)
 
     def _window_state(self, layer, dtype):
         """(k_win, v_win, window metadata) of this layer's recent-window companion for the current
@@ -468,6 +526,11 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         if isinstance(cache, (list, tuple)):   # older engines kept one cache per virtual engine
             cache = cache[0]
         k_win, v_win = window_views(cache, self.num_kv_heads, self.head_size, dtype, self._heads_first)
+        if meta.ring and k_win.shape[1] < self.window:
+            raise Int2ConfigError(
+                f"int2 KV: the ring window of layer {getattr(layer, 'layer_name', layer)!r} has pages of "
+                f"{k_win.shape[1]} tokens, fewer than the window's {self.window}; enable prefix caching (paged "
+                f"window) or lower APHRODITE_INT2KV_RECENT_WINDOW")
         return k_win, v_win, meta
 
     def _cache_view(self, kv_cache):
@@ -493,6 +556,9 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         if self.opts.k_center_first:
             center = self._step_centers(cache, m)
         win = self._window_state(layer, query.dtype)
+        wtable = None
+        if win is not None:
+            wtable = ring_window(m, win[2], n, self.window, win[0].shape[1])[0] if win[2].ring else win[2].block_table
         if m.num_decodes:
             # The launch shape depends on the batch only, so CUDA-graph capture and replay match.
             cfg = decode_launch_config(m.num_decodes, self.num_kv_heads, self.num_heads // self.num_kv_heads,
@@ -501,11 +567,12 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                         self.layout, self.scale, cfg.num_splits, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max,
                         **cfg.kwargs(), sinks=sinks, fold=self.opts.fold_decode,
                         k_center=_rows(center, 0, m.num_decodes) if sinks else None,
-                        window=(win[0], win[1], win[2].block_table[:m.num_decodes], self.window) if win else None)
+                        window=(win[0], win[1], wtable[:m.num_decodes], self.window) if win else None)
         if m.num_prefills:
             # the chunk's own keys, centered like everything it attends to (its sinks included:
             # the prefill kernel corrects only what it reads from the caches)
-            k = rotate(key[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rk)
+            k_rot = rotate(key[nd:n].view(n - nd, self.num_kv_heads, self.head_size), rk)
+            k = k_rot
             if center is not None:
                 k = k - (center[step_tokens(m, n)[0][nd:].long()] if center.dim() == 3 else center)
             k = k.to(query.dtype).contiguous()
@@ -515,7 +582,11 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                          m.seq_lens[m.num_decodes:], m.max_query_len, self.layout, self.scale,
                          out=out_rot[nd:], lloyd_max=self.opts.lloyd_max, sinks=sinks,
                          k_center=_rows(center, m.num_decodes, None) if sinks else None,
-                         window=(win[0], win[1], win[2].block_table[m.num_decodes:], self.window) if win else None)
+                         window=(win[0], win[1], wtable[m.num_decodes:], self.window) if win else None)
+            if win is not None and win[2].ring:   # now that the prefix's window was read (do_kv_cache_update)
+                slots = ring_window(m, win[2], n, self.window, win[0].shape[1])[1]
+                window_store(k_rot.to(query.dtype).contiguous(), v, slots[nd:n], win[0], win[1],
+                             centering=_from_token(self._store_centering(center, m, n), nd))
         out = unrotate_output(out_rot, rv, self.num_kv_heads)
         output[:n].view(n, self.num_heads, self.head_size).copy_(out)
         return output

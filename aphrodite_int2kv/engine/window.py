@@ -10,6 +10,13 @@ capacity line. The companion is never called by the model: the int2 layer's impl
 
 Pages: the engine needs one page size for all groups, so the window's block size is chosen to make
 its page exactly as large as the int2 page: window_block = int2_block * slot_bytes / (2 D dtype).
+
+Two ways to hold the window in those pages (docs/format.md, "Recent window"):
+- paged (with prefix caching, or when a page holds fewer than R tokens): a page per window_block
+  positions, pages that slid out freed, the window of the last prefix-hit point kept;
+- ring (prefix caching off and a page holds >= R tokens, e.g. hybrid models, whose page the GDN
+  state makes large): one page per request for its whole life, position p at offset p mod
+  window_block, like the GDN state. A hybrid request then pays one window page instead of 4.
 """
 
 from __future__ import annotations
@@ -93,7 +100,8 @@ class Int2WindowBackend(AttentionBackend):
 @dataclasses.dataclass
 class Int2WindowMetadata(AttentionMetadata):
     block_table: torch.Tensor    # [num_reqs, max_window_blocks] (pages that slid out point at the null page)
-    slot_mapping: torch.Tensor   # [num_tokens] window slot of each new token (-1: padding)
+    slot_mapping: torch.Tensor   # [num_tokens] window slot of each new token (-1: padding; unused in ring mode)
+    ring: bool = False           # one page per request, position p at offset p mod window_block (column 0)
 
 
 class Int2WindowMetadataBuilder(AttentionMetadataBuilder[Int2WindowMetadata]):
@@ -104,7 +112,8 @@ class Int2WindowMetadataBuilder(AttentionMetadataBuilder[Int2WindowMetadata]):
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         cam = common_attn_metadata
-        return Int2WindowMetadata(block_table=cam.block_table_tensor, slot_mapping=cam.slot_mapping)
+        return Int2WindowMetadata(block_table=cam.block_table_tensor, slot_mapping=cam.slot_mapping,
+                                  ring=bool(getattr(self.kv_cache_spec, "ring", False)))
 
 
 class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
@@ -134,6 +143,8 @@ class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
         if not window_budget_managed():
             return SlidingWindowSpec(**common)
         cache = aphrodite_config.cache_config
+        if not cache.enable_prefix_caching and block >= self.window:
+            return Int2WindowSpec(**common, ring=True)
         # hit points only where prefix caching is on (else they would only cost pages)
         align = math.lcm(cache.block_size, block) if cache.enable_prefix_caching else 0
         return Int2WindowSpec(**common, hit_alignment=align, steps_in_flight=_steps_in_flight(aphrodite_config))
@@ -161,7 +172,8 @@ def window_views(cache: torch.Tensor, num_kv_heads: int, head_size: int, dtype: 
 # reads the chunk's keys from the activations, so only positions still inside the window after the
 # step need a page: Int2WindowManager pads the rest with the null page (their writes land there,
 # never read), keeps the window of one prefix-hit point per step, and Int2WindowSpec budgets the
-# windows alive during a step (see max_admission_blocks_per_request).
+# windows alive during a step (see max_admission_blocks_per_request). In ring mode a request holds
+# one page from its first step to its end (the int2 impl orders the ring's writes after its reads).
 #
 # The manager API differs between 0.21-0.23 and 0.24 (an extra positional argument of
 # get_num_blocks_to_allocate; remove_skipped_blocks on the processed-token basis; managers found
@@ -177,15 +189,27 @@ class Int2WindowSpec(SlidingWindowSpec):
     """A sliding-window spec whose per-request budget is the windows alive during a step, not a
     window plus a chunk. hit_alignment: the engine's prefix-hit granularity, lcm(int2 block,
     window block) (0: no hit-point pages); steps_in_flight: the engine's concurrent batches (0.24's
-    async scheduling frees pages only once a step is processed)."""
+    async scheduling frees pages only once a step is processed); ring: one page per request, held
+    for its whole life (needs block_size >= sliding_window and no prefix caching)."""
     hit_alignment: int = 0
     steps_in_flight: int = 1
+    ring: bool = False
+
+    def __post_init__(self):
+        parent = getattr(super(), "__post_init__", None)   # 0.21 has one, 0.24 not
+        if parent is not None:
+            parent()
+        if self.ring and (self.block_size < self.sliding_window or self.hit_alignment):
+            raise Int2ConfigError(f"int2 KV recent window: a ring of {self.block_size} tokens cannot hold a window of "
+                                  f"{self.sliding_window} (or prefix-hit points, {self.hit_alignment})")
 
     def max_admission_blocks_per_request(self, *args, **kwargs) -> int:
         """Per request: the window before the oldest step in flight, the window after each step in
         flight, and each such step's hit-point window (1 step: 2 windows + 1 hit point).
         (0.21 names the first argument max_num_batched_tokens, 0.24 max_in_flight_tokens; neither
         matters here, since the chunk's own positions get no page.)"""
+        if self.ring:
+            return 1
         max_model_len = kwargs.get("max_model_len", args[1] if len(args) > 1 else None)
         live = self.sliding_window - 1 if max_model_len is None else min(self.sliding_window - 1, max_model_len)
         window = cdiv(live, self.block_size) + 1
@@ -219,6 +243,8 @@ class Int2WindowManager(_stm.SlidingWindowManager):
     def get_num_blocks_to_allocate(self, request_id, num_tokens, new_computed_blocks, total_computed_tokens,
                                    *_rest, apply_admission_cap=False, **_kw):
         # *_rest: num_tokens_main_model (0.21) or num_local_computed_tokens, num_tokens_main_model (0.24)
+        if self.kv_cache_spec.ring:
+            return 0 if self.req_to_blocks.get(request_id) else 1
         required = cdiv(num_tokens, self.block_size)
         live_from = self._first_live_block(num_tokens)
         held = len(self.req_to_blocks.get(request_id, ()))
@@ -233,6 +259,11 @@ class Int2WindowManager(_stm.SlidingWindowManager):
 
     def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model):
         blocks = self.req_to_blocks[request_id]
+        if self.kv_cache_spec.ring:   # the request's one page, on its first step (never zeroed: every
+            if blocks:                # position is written before it is read)
+                return []
+            blocks.extend(self.block_pool.get_new_blocks(1))
+            return list(blocks)
         first_new = len(blocks)
         live_from = self._first_live_block(num_tokens)
         if first_new < live_from:   # positions out of the window after this step: the null page
@@ -250,6 +281,8 @@ class Int2WindowManager(_stm.SlidingWindowManager):
     def remove_skipped_blocks(self, request_id, computed_tokens, *_rest, **_kw):
         # null pages may sit between live ones (a chunk's interior), so scan from the last cut
         # instead of stopping at the first null page as the engine's managers do
+        if self.kv_cache_spec.ring:   # the ring page lives as long as the request
+            return
         blocks = self.req_to_blocks[request_id]
         end = min(self.get_num_skipped_tokens(computed_tokens) // self.block_size, len(blocks))
         start = self._dead_below.get(request_id, 0)
