@@ -182,7 +182,7 @@ class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
         check_engine_features(aphrodite_config)
         check_window_companions(aphrodite_config, layer_names)
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=False)
-        _log_active(kv_cache_spec, layer_names, aphrodite_config)
+        _log_active(kv_cache_spec, layer_names)
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
         meta = self.build(0, common_attn_metadata)
@@ -200,7 +200,7 @@ class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
                             num_prefills=num_prefills)
 
 
-def _log_active(spec, layer_names, aphrodite_config) -> None:
+def _log_active(spec, layer_names) -> None:
     """The start-up proof: one line per int2 KV-cache group in the worker."""
     try:
         from aphrodite.logger import init_logger
@@ -210,14 +210,9 @@ def _log_active(spec, layer_names, aphrodite_config) -> None:
         layout = SlotLayout(head, opts.group_for(head))
         window = ""
         if opts.recent_window:
-            ctx = aphrodite_config.compilation_config.static_forward_context
-            companion = ctx.get(window_name(next(iter(layer_names))))
-            ring = companion is not None and getattr(companion.get_kv_cache_spec(aphrodite_config), "ring", False)
-            pages = ("a ring of one page per request (prefix caching off)" if ring
-                     else "own sliding-window pages")
             window = (f"; + recent window of {opts.recent_window} tokens per sequence in full precision "
-                      f"({opts.recent_window * heads * head * 4} B per sequence per layer, {pages}, counted in "
-                      f"the engine's KV capacity)")
+                      f"({opts.recent_window * heads * head * 4} B per sequence per layer, own pages counted in "
+                      f"the engine's KV capacity: see the window line)")
         init_logger("aphrodite.int2kv").info(
             "int2 KV cache active on %d layers (%s%s): %s; %d B per token per layer (bf16: %d B, %.2fx "
             "fewer); page %d tokens%s", len(layer_names), ", ".join(list(layer_names)[:2]),

@@ -109,11 +109,31 @@ class Int2WindowMetadataBuilder(AttentionMetadataBuilder[Int2WindowMetadata]):
 
     def __init__(self, kv_cache_spec, layer_names, aphrodite_config, device):
         super().__init__(kv_cache_spec, layer_names, aphrodite_config, device)
+        _log_window(kv_cache_spec, layer_names, aphrodite_config)
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         cam = common_attn_metadata
         return Int2WindowMetadata(block_table=cam.block_table_tensor, slot_mapping=cam.slot_mapping,
                                   ring=bool(getattr(self.kv_cache_spec, "ring", False)))
+
+
+def _log_window(spec, layer_names, aphrodite_config) -> None:
+    """The window's start-up line, from the spec the engine sized it with."""
+    try:
+        from aphrodite.logger import init_logger
+
+        if getattr(spec, "ring", False):
+            how = f"a ring of one page ({spec.block_size} tokens) per request (prefix caching off)"
+        else:
+            per_req = spec.max_admission_blocks_per_request(
+                aphrodite_config.scheduler_config.max_num_batched_tokens, aphrodite_config.model_config.max_model_len)
+            how = f"sliding-window pages of {spec.block_size} tokens, at most {per_req} per request"
+        init_logger("aphrodite.int2kv").info("int2 recent window of %d tokens on %d layers: %s", spec.sliding_window,
+                                             len(layer_names), how)
+    except Exception as exc:  # logging must never stop the engine
+        import logging
+
+        logging.getLogger("aphrodite_int2kv").warning("int2 window start-up line failed: %s", exc)
 
 
 class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):

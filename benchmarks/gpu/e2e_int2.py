@@ -2,7 +2,7 @@
 """int2 vs bf16 KV cache in the real engine on a tiny model (H200, aphrodite 0.21.0).
 
   python3 benchmarks/gpu/e2e_int2.py --model DIR --label NAME [--kv auto|int2] [--graph] [--lm-only]
-      [--chunk N] [--repeat] [--no-prefix-caching]
+      [--chunk N] [--repeat] [--prefix-caching on|off]
 
 Greedy-decodes fixed prompts, prints the engine's KV-capacity line and one
 `E2E_RESULT {json}` line (token ids included) so two runs can be compared.
@@ -26,9 +26,9 @@ def main():
     ap.add_argument("--blocks", type=int, default=0,
                     help="num_gpu_blocks_override: a small KV pool, so the scheduler preempts and recomputes; "
                          "runs the engine core in-process to count the preemptions")
-    ap.add_argument("--no-prefix-caching", action="store_true",
-                    help="enable_prefix_caching=False (int2's window is then a ring of one page per request "
-                         "where a page holds the window)")
+    ap.add_argument("--prefix-caching", choices=["on", "off"],
+                    help="enable_prefix_caching (default: the engine's; 0.21 turns it off on hybrid models). "
+                         "Off, int2's window is a ring of one page per request where a page holds the window")
     ap.add_argument("--repeat", action="store_true",
                     help="generate the prompts a second time (prefix-cache hits) and record both passes")
     a = ap.parse_args()
@@ -52,8 +52,8 @@ def main():
               gpu_memory_utilization=0.3, enforce_eager=not a.graph, seed=0,
               kv_cache_dtype=a.kv, gdn_prefill_backend="triton", tensor_parallel_size=a.tp,
               max_num_seqs=8)   # 6 prompts; fewer CUDA-graph sizes to capture (start-up time on the H200)
-    if a.no_prefix_caching:
-        kw["enable_prefix_caching"] = False
+    if a.prefix_caching:
+        kw["enable_prefix_caching"] = a.prefix_caching == "on"
     if a.chunk:
         kw.update(max_num_batched_tokens=a.chunk, enable_chunked_prefill=True)
     if a.blocks:
@@ -73,7 +73,7 @@ def main():
     sp = SamplingParams(temperature=0.0, max_tokens=a.max_tokens, ignore_eos=True, logprobs=1)
     outs = llm.generate(prompts, sp, use_tqdm=False)
     env = {k: v for k, v in os.environ.items() if k.startswith("APHRODITE_INT2KV_")}
-    res = {"label": a.label, "kv": a.kv, "graph": a.graph, "tp": a.tp, "chunk": a.chunk, "blocks": a.blocks, "prefix_caching": not a.no_prefix_caching,
+    res = {"label": a.label, "kv": a.kv, "graph": a.graph, "tp": a.tp, "chunk": a.chunk, "blocks": a.blocks, "prefix_caching": a.prefix_caching,
            "preemptions": len(preemptions) if a.blocks else None, "init_s": round(init_s, 1), "env": env,
            "prompt_tokens": [len(o.prompt_token_ids) for o in outs],
            "tokens": [list(o.outputs[0].token_ids) for o in outs],

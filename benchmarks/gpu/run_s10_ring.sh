@@ -13,14 +13,14 @@ run() { local label=$1; shift; timeout ${T:-200} python3 benchmarks/gpu/e2e_int2
   --kv int2 --lm-only --chunk 256 "$@" > $OUT/logs/e2e_$label.log 2>&1; echo "$label exit $? at ${SECONDS}s"; }
 labels="hybrid-bf16-chunk"
 if [ "${GRAPH:-0}" = 1 ]; then
-  T=400 APHRODITE_INT2KV_RECENT_WINDOW=64 run hybrid-int2-ring64-graph --no-prefix-caching --graph
+  T=400 APHRODITE_INT2KV_RECENT_WINDOW=64 run hybrid-int2-ring64-graph --prefix-caching off --graph
   labels="$labels hybrid-int2-ring64-graph"
 else
   timeout 240 python3 benchmarks/gpu/e2e_throughput.py --model-config hybrid27b --kv int2 --context 32768 \
     --concurrency "${HYB_C:-}" --gpu-mem 0.8 --eager --out $OUT/kv_capacity_hybrid32k_ring.jsonl > $OUT/logs/hyb32k_int2_ring.log 2>&1
   echo "hybrid27b exit $? at ${SECONDS}s"
   grep -hE "KV cache size|Maximum concurrency|block size|page size|int2 KV cache active" $OUT/logs/hyb32k_int2_ring.log | cut -c1-400 | head -8
-  T=150 APHRODITE_INT2KV_RECENT_WINDOW=64 run hybrid-int2-ring64 --no-prefix-caching
+  T=150 APHRODITE_INT2KV_RECENT_WINDOW=64 run hybrid-int2-ring64 --prefix-caching off
   T=150 APHRODITE_INT2KV_RECENT_WINDOW=64 run hybrid-int2-paged64
   labels="$labels hybrid-int2-ring64 hybrid-int2-paged64 hybrid-int2-ring64=hybrid-int2-paged64"
 fi
