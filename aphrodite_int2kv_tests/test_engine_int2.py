@@ -717,3 +717,31 @@ def test_hybrid_ring_window_keeps_5x_at_32k(registered, tmp_path, monkeypatch):
     # with prefix caching on, the window stays paged (hit points need pages of their own)
     cfg.cache_config.enable_prefix_caching = True
     assert not _engine_specs(cfg)[next(n for n in specs if n.endswith(".int2_window"))].ring
+
+
+def test_hybrid_prefix_caching_with_the_window_fails_with_the_fix(registered, tmp_path, monkeypatch):
+    """0.21 cannot hash a hybrid's prefixes once the window adds a smaller page (its coordinator
+    asserts at start-up, seen on the H200): the window's spec refuses it first, naming the flag,
+    where the installed engine's own block-size resolver shows that failure (0.24's does not)."""
+    from aphrodite.engine.arg_utils import EngineArgs
+
+    from aphrodite_int2kv.engine.window import _check_hybrid_prefix_hashing
+    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+
+    monkeypatch.delenv("APHRODITE_INT2KV_RECENT_WINDOW", raising=False)
+    if shape_based_kv_api():   # 0.21-0.23
+        with pytest.raises(Int2ConfigError, match="--no-enable-prefix-caching.*RECENT_WINDOW=0"):
+            _check_hybrid_prefix_hashing(448, 70)
+    else:
+        _check_hybrid_prefix_hashing(448, 70)
+    _check_hybrid_prefix_hashing(448, 448)   # equal pages hash fine everywhere
+    # through the window's spec on a hybrid engine config with prefix caching on
+    cfg = EngineArgs(model=_hybrid_dir(tmp_path), kv_cache_dtype="int2", max_model_len=1024,
+                     skip_tokenizer_init=True, enable_prefix_caching=True).create_engine_config()
+    cfg.cache_config.block_size = 448
+    _build_int2_layers(cfg, 1)
+    if shape_based_kv_api():
+        with pytest.raises(Int2ConfigError, match="--no-enable-prefix-caching"):
+            _engine_specs(cfg)
+    else:
+        _engine_specs(cfg)

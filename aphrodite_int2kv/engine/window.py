@@ -163,11 +163,44 @@ class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
         if not window_budget_managed():
             return SlidingWindowSpec(**common)
         cache = aphrodite_config.cache_config
+        if cache.enable_prefix_caching and aphrodite_config.model_config.is_hybrid:
+            _check_hybrid_prefix_hashing(cache.block_size, block)
         if not cache.enable_prefix_caching and block >= self.window:
             return Int2WindowSpec(**common, ring=True)
         # hit points only where prefix caching is on (else they would only cost pages)
         align = math.lcm(cache.block_size, block) if cache.enable_prefix_caching else 0
         return Int2WindowSpec(**common, hit_alignment=align, steps_in_flight=_steps_in_flight(aphrodite_config))
+
+
+def _check_hybrid_prefix_hashing(int2_block: int, window_block: int) -> None:
+    """Hybrid model + prefix caching + the window: aphrodite 0.21 sets the cache block size to the
+    smallest group's (the window's) after sizing, then finds the GDN groups' blocks different from
+    it and hashes prefixes at the lcm of all blocks, which its coordinator refuses
+    ("block_size must be divisible by hash_block_size", seen on the H200). Asked of the installed
+    engine's own resolve_kv_cache_block_sizes with these block sizes; refused here with the fix."""
+    from types import SimpleNamespace as NS
+
+    try:
+        from aphrodite.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
+        from aphrodite.v1.kv_cache_interface import MambaSpec
+
+        gdn = MambaSpec(block_size=int2_block, shapes=((1,),), dtypes=(torch.float32,), mamba_cache_mode="align")
+        groups = [NS(kv_cache_spec=NS(block_size=int2_block, prefix_cacheable=True)), NS(kv_cache_spec=gdn),
+                  NS(kv_cache_spec=NS(block_size=window_block, prefix_cacheable=True))]
+        cfg = NS(cache_config=NS(block_size=min(int2_block, window_block), enable_prefix_caching=True,
+                                 hash_block_size=None, prefix_match_unit=None),
+                 parallel_config=NS(decode_context_parallel_size=1, prefill_context_parallel_size=1),
+                 kv_transfer_config=None)
+        _, hash_block = resolve_kv_cache_block_sizes(NS(kv_cache_groups=groups), cfg)
+    except Exception:   # an engine whose resolver takes other inputs: not this failure
+        return
+    if int2_block % hash_block or window_block % hash_block:
+        raise Int2ConfigError(
+            f"int2 KV recent window on a hybrid model with prefix caching: this aphrodite version would hash "
+            f"prefixes in blocks of {hash_block} tokens, which its own hybrid coordinator refuses (int2 pages of "
+            f"{int2_block} tokens, window pages of {window_block}). Start with --no-enable-prefix-caching (the "
+            f"default on hybrid models; the window is then one page per request), or "
+            f"APHRODITE_INT2KV_RECENT_WINDOW=0")
 
 
 def window_views(cache: torch.Tensor, num_kv_heads: int, head_size: int, dtype: torch.dtype,
