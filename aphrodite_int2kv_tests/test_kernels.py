@@ -273,7 +273,7 @@ def test_decode_with_the_engine_launch_config(D, G, Hq, Hkv, batch, fold):
     cache, bt, _ = paged_cache(L, seq_lens, Hkv, 16, dtype=torch.bfloat16)
     q = torch.randn(batch, Hq, D, device=DEVICE).to(torch.bfloat16)
     sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, fold=fold, **cfg.kwargs())
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, **cfg.kwargs())   # the tile included
     ref = R.decode_reference(q.float(), cache, bt, sl, L, D ** -0.5)
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0)
 
@@ -292,6 +292,8 @@ def test_decode_launch_config_depends_on_batch_only():
     # block-table entries a tile ahead where the H200 timed them faster (folded; per-code at 256)
     assert [decode_launch_config(8, 4, 8, D, fold=f).table_ahead for D in (64, 128, 256) for f in (True, False)] \
         == [True, False, True, False, True, True]
+    # the tile travels with the launch (one source for the tile and its table_ahead)
+    assert [decode_launch_config(8, 4, 8, 128, fold=f).kwargs()["fold"] for f in (True, False)] == [True, False]
 
 
 KERNELS = {"decode": ("_int2_decode_split_kernel", "_int2_decode_tail_kernel", "_int2_decode_merge_kernel"),
@@ -362,7 +364,7 @@ def test_decode_compiles_one_variant_for_every_batch_size(monkeypatch):
         q = torch.zeros(B, Hq, D, device=DEVICE)
         bt = torch.zeros(B, 300, dtype=torch.int32, device=DEVICE)
         sl = torch.ones(B, dtype=torch.int32, device=DEVICE)
-        int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, **cfg.kwargs(), fold=True,
+        int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, **cfg.kwargs(),
                     k_center=torch.zeros(B, Hkv, D, device=DEVICE),
                     sinks=16, window=(k_win, k_win, torch.zeros(B, 1700, dtype=torch.int32, device=DEVICE), 128))
     assert set(keys) == set(KERNELS["decode"])

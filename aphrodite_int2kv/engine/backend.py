@@ -560,7 +560,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                                        self.head_size, _num_sms(query.device), fold=self.opts.fold_decode)
             int2_decode(q[:nd], cache, m.block_table[:m.num_decodes], m.seq_lens[:m.num_decodes],
                         self.layout, self.scale, cfg.num_splits, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max,
-                        **cfg.kwargs(), sinks=sinks, fold=self.opts.fold_decode,
+                        **cfg.kwargs(), sinks=sinks,
                         k_center=_rows(center, 0, m.num_decodes) if sinks else None,
                         window=(win[0], win[1], wtable[:m.num_decodes], self.window) if win else None)
         if m.num_prefills:

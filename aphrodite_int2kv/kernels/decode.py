@@ -238,11 +238,12 @@ class DecodeLaunch:
     num_stages: int
     block_h: int
     table_ahead: bool = False
+    fold: bool = True        # the tile (folded or per-code): table_ahead was chosen for it
 
     def kwargs(self) -> dict:
-        """int2_decode's launch arguments (all but num_splits)."""
+        """int2_decode's launch arguments (all but num_splits), the tile included."""
         return dict(block_n=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages,
-                    block_h=self.block_h, table_ahead=self.table_ahead)
+                    block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold)
 
 
 @functools.lru_cache(maxsize=1024)      # called per layer and step with a handful of distinct shapes
@@ -273,8 +274,8 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     splits = max(1, min(splits, 256))
     table_ahead = fold or head_dim > 128
     if head_dim <= 128:
-        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead)
-    return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead)
+        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold)
+    return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead, fold)
 
 
 TAIL_N = 32     # window tokens per tail program (and the sinks' tile)
