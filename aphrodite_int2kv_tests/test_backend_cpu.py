@@ -1,5 +1,6 @@
 """The int2 attention impl (our engine glue: rotation, store, decode/prefill split, chunked-prefill
-continuation, un-rotation) on CPU through the interpreted kernels, against fp32 references."""
+continuation, un-rotation) on CPU through the interpreted kernels, against fp32 references; on the
+H200 the same tests run with real compilation (benchmarks/gpu/run_s10_final.sh)."""
 
 from __future__ import annotations
 
