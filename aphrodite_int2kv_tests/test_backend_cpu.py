@@ -438,11 +438,12 @@ def test_data_free_k_centering_from_each_sequences_first_keys(engine, monkeypatc
     than plain int2's."""
     from aphrodite_int2kv.engine.backend import Int2AttentionImpl
 
-    torch.manual_seed(6)
+    torch.manual_seed(6)   # drawn on the CPU: the same numbers on the GPU (its generator differs)
     T, N = 40, 16
-    c_true = 6.0 * torch.randn(HKV, D, device=DEVICE)
-    k = torch.randn(T, HKV, D, device=DEVICE) + c_true
-    v, q = torch.randn(T, HKV, D, device=DEVICE), torch.randn(T, HQ, D, device=DEVICE)
+    c_true = 6.0 * torch.randn(HKV, D)
+    k = (torch.randn(T, HKV, D) + c_true).to(DEVICE)
+    v, q = torch.randn(T, HKV, D).to(DEVICE), torch.randn(T, HQ, D).to(DEVICE)
+    c_true = c_true.to(DEVICE)
     monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", "32")
 
     def run(first):
