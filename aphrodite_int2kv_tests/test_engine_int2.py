@@ -435,6 +435,31 @@ def _middle_args(mgr, computed):
     return (computed,) if "num_local_computed_tokens" in params else ()
 
 
+def _window_manager(spec, num_blocks):
+    """Our window manager as the engine builds it for `spec`, over a fresh BlockPool (no caching)."""
+    from aphrodite.v1.core.block_pool import BlockPool
+    from aphrodite.v1.core.single_type_kv_cache_manager import get_manager_for_kv_cache_spec
+
+    from aphrodite_int2kv.engine.window import Int2WindowManager
+
+    pool = BlockPool(num_gpu_blocks=num_blocks, enable_caching=False, hash_block_size=spec.block_size)
+    mgr = get_manager_for_kv_cache_spec(spec, **_manager_kwargs(get_manager_for_kv_cache_spec, 2048, spec.block_size),
+                                        max_model_len=32768, block_pool=pool, enable_caching=False,
+                                        kv_cache_group_id=1)
+    assert isinstance(mgr, Int2WindowManager)
+    return mgr, pool
+
+
+def _schedule(mgr, computed, num_tokens):
+    """One scheduler step of request "r" (computed -> num_tokens): drop what slid out, count, then
+    allocate. Returns (the count, the new blocks)."""
+    mgr.remove_skipped_blocks("r", computed)
+    need = mgr.get_num_blocks_to_allocate("r", num_tokens, [], computed, *_middle_args(mgr, computed), num_tokens)
+    if computed == 0:
+        (getattr(mgr, "allocate_new_computed_blocks", None) or mgr.add_local_computed_blocks)("r", [], 0, 0)
+    return need, mgr.allocate_new_blocks("r", num_tokens, num_tokens)
+
+
 def test_window_manager_keeps_only_the_live_window_pages(registered):
     """The engine's BlockPool driven as its scheduler does (remove_skipped_blocks, count,
     allocate per step) through our window manager: chunked prefill then decode. After each step
@@ -442,30 +467,18 @@ def test_window_manager_keeps_only_the_live_window_pages(registered):
     predicts the allocation, the worker's block table (the first step's full list, then each step's
     returned blocks appended, as the scheduler sends them) maps every live position to its page,
     and every page returns to the pool at the end."""
-    from aphrodite.v1.core.block_pool import BlockPool
-    from aphrodite.v1.core.single_type_kv_cache_manager import get_manager_for_kv_cache_spec
-
-    from aphrodite_int2kv.engine.window import Int2WindowManager, Int2WindowSpec, window_budget_managed
+    from aphrodite_int2kv.engine.window import Int2WindowSpec, window_budget_managed
 
     assert window_budget_managed()
     R, W = 128, 48
     spec = Int2WindowSpec(block_size=W, num_kv_heads=8, head_size=128, dtype=torch.bfloat16, sliding_window=R)
-    pool = BlockPool(num_gpu_blocks=200, enable_caching=False, hash_block_size=W)
-    mgr = get_manager_for_kv_cache_spec(spec, **_manager_kwargs(get_manager_for_kv_cache_spec, 2048, W),
-                                        max_model_len=32768, block_pool=pool, enable_caching=False,
-                                        kv_cache_group_id=1)
-    assert isinstance(mgr, Int2WindowManager)
+    mgr, pool = _window_manager(spec, 200)
     cap = spec.max_admission_blocks_per_request(2048, 32768)
     free0 = pool.get_num_free_blocks()
     computed, peak, table = 0, 0, []
     steps = [256, 512, 768, 1000] + list(range(1001, 1061))
     for num_tokens in steps:
-        mgr.remove_skipped_blocks("r", computed)
-        need = mgr.get_num_blocks_to_allocate("r", num_tokens, [], computed, *_middle_args(mgr, computed),
-                                              num_tokens)
-        if computed == 0:
-            (getattr(mgr, "allocate_new_computed_blocks", None) or mgr.add_local_computed_blocks)("r", [], 0, 0)
-        new = mgr.allocate_new_blocks("r", num_tokens, num_tokens)
+        need, new = _schedule(mgr, computed, num_tokens)
         assert len([b for b in new if not b.is_null]) == need
         blocks = mgr.req_to_blocks["r"]
         table = [b.block_id for b in blocks] if computed == 0 else table + [b.block_id for b in new]
@@ -621,32 +634,19 @@ def test_ring_window_holds_one_page_per_request(registered):
     scheduler does, through chunked prefill and decode: the request holds exactly one page from its
     first step to its end, the count predicts every allocation, the budget is that one page, and
     the page returns to the pool. A ring smaller than the window is refused."""
-    from aphrodite.v1.core.block_pool import BlockPool
-    from aphrodite.v1.core.single_type_kv_cache_manager import get_manager_for_kv_cache_spec
-
-    from aphrodite_int2kv.engine.window import Int2WindowManager, Int2WindowSpec, window_budget_managed
+    from aphrodite_int2kv.engine.window import Int2WindowSpec, window_budget_managed
 
     assert window_budget_managed()
     common = dict(num_kv_heads=4, head_size=256, dtype=torch.bfloat16, sliding_window=128)
     with pytest.raises(Int2ConfigError, match="ring of 100 tokens cannot hold a window of 128"):
         Int2WindowSpec(block_size=100, **common, ring=True)
-    W = 400
-    spec = Int2WindowSpec(block_size=W, **common, ring=True)
+    spec = Int2WindowSpec(block_size=400, **common, ring=True)
     assert spec.max_admission_blocks_per_request(2048, 32768) == 1
-    pool = BlockPool(num_gpu_blocks=50, enable_caching=False, hash_block_size=W)
-    mgr = get_manager_for_kv_cache_spec(spec, **_manager_kwargs(get_manager_for_kv_cache_spec, 2048, W),
-                                        max_model_len=32768, block_pool=pool, enable_caching=False,
-                                        kv_cache_group_id=1)
-    assert isinstance(mgr, Int2WindowManager)
+    mgr, pool = _window_manager(spec, 50)
     free0 = pool.get_num_free_blocks()
     computed, page = 0, None
     for num_tokens in [2048, 4096, 5000] + list(range(5001, 5030)):
-        mgr.remove_skipped_blocks("r", computed)
-        need = mgr.get_num_blocks_to_allocate("r", num_tokens, [], computed, *_middle_args(mgr, computed),
-                                              num_tokens)
-        if computed == 0:
-            (getattr(mgr, "allocate_new_computed_blocks", None) or mgr.add_local_computed_blocks)("r", [], 0, 0)
-        new = mgr.allocate_new_blocks("r", num_tokens, num_tokens)
+        need, new = _schedule(mgr, computed, num_tokens)
         assert len(new) == need == (1 if computed == 0 else 0)
         blocks = mgr.req_to_blocks["r"]
         assert len(blocks) == 1 and not blocks[0].is_null
