@@ -663,18 +663,20 @@ def _heads_dir(tmp_path, heads, kv_heads, head_dim):
 
     Qwen3Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
                 num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
-                max_position_embeddings=65536, architectures=["Qwen3ForCausalLM"],
+                max_position_embeddings=262144, architectures=["Qwen3ForCausalLM"],
                 torch_dtype="bfloat16").save_pretrained(tmp_path)
     return str(tmp_path)
 
 
-def test_hybrid_ring_window_keeps_5x_at_32k(registered, tmp_path, monkeypatch):
+@pytest.mark.parametrize("ctx, ring_pages, paged_pages, bf16_pages", [(32848, 17, 20, 86), (131152, 56, 59, 331)])
+def test_hybrid_ring_window_keeps_5x(registered, tmp_path, monkeypatch, ctx, ring_pages, paged_pages, bf16_pages):
     """hybrid27b's shapes (the H200 capacity benchmark: 16 attention layers with 4 KV heads of 256,
     48 GDN states of 1,634,304 B padded to the attention page; int2 pages of 2,560 tokens, bf16 of
-    400) through the engine's own grouping and capacity arithmetic at 32,848 tokens with prefix
-    caching off, the benchmark's setting. The window is a ring of one page per request: 13 int2 +
-    3 GDN + 1 window pages against bf16's 83 + 3 -> 5.06x. With the paged window (4 window pages,
-    measured on the H200: 4.30x) the same arithmetic stays below 5x."""
+    400) through the engine's own grouping and capacity arithmetic at 32K and 128K with prefix
+    caching off, the benchmark's setting. The window is a ring of one page per request: at 32K
+    13 int2 + 3 GDN + 1 window pages against bf16's 83 + 3 -> 5.06x (measured on the H200: 5.06x);
+    with the paged window (4 window pages, measured: 4.30x) the same arithmetic stays below 5x.
+    At 128K: 52 + 3 + 1 against 328 + 3 -> 5.91x (paged: 5.61x)."""
     import dataclasses
 
     from aphrodite.engine.arg_utils import EngineArgs
@@ -685,7 +687,6 @@ def test_hybrid_ring_window_keeps_5x_at_32k(registered, tmp_path, monkeypatch):
 
     monkeypatch.delenv("APHRODITE_INT2KV_RECENT_WINDOW", raising=False)
     monkeypatch.delenv("APHRODITE_INT2KV_GROUP_SIZE", raising=False)
-    ctx = 32848
     model = _heads_dir(tmp_path, 24, 4, 256)
 
     def capacity(cfg, attn_specs):
@@ -712,8 +713,8 @@ def test_hybrid_ring_window_keeps_5x_at_32k(registered, tmp_path, monkeypatch):
                           enable_prefix_caching=False).create_engine_config()
     bf16 = capacity(bf16_cfg, {f"model.layers.{i}.self_attn.attn": FullAttentionSpec(
         block_size=400, num_kv_heads=4, head_size=256, dtype=torch.bfloat16) for i in range(16)})
-    assert int2 / bf16 == pytest.approx(86 / 17, rel=0.01) and int2 / bf16 >= 5.0, int2 / bf16
-    assert paged / bf16 == pytest.approx(86 / 20, rel=0.01), paged / bf16
+    assert int2 / bf16 == pytest.approx(bf16_pages / ring_pages, rel=0.01) and int2 / bf16 >= 5.0, int2 / bf16
+    assert paged / bf16 == pytest.approx(bf16_pages / paged_pages, rel=0.01), paged / bf16
     # with prefix caching on, the window stays paged (hit points need pages of their own)
     cfg.cache_config.enable_prefix_caching = True
     assert not _engine_specs(cfg)[next(n for n in specs if n.endswith(".int2_window"))].ring
