@@ -287,12 +287,12 @@ def step_tokens(m, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 _RING: list = [None]            # (weakrefs to the step's int2 and window metadata, n, table, slots)
 
 
-def ring_window(m, wmeta, n: int, R: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
+def ring_window(m, wmeta, slot_mapping, n: int, R: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The ring window of this step (engine/window.py): (table [B, cols] int32 whose every entry is
     the request's one window page, so the kernels read position p at offset p % W of it; slots
     int64 [n]: page * W + p % W for the new tokens still inside the window after the step,
-    p >= seq_len - R, and -1 for the others and for padding). Device ops only (CUDA graphs);
-    computed once per step and shared by the group's layers."""
+    p >= seq_len - R, and -1 for the others and for padding, whose int2 slot is -1). Device ops only
+    (CUDA graphs); computed once per step and shared by the group's layers."""
     memo = _RING[0]
     if memo is not None and memo[0]() is m and memo[1]() is wmeta and memo[2] == n:
         return memo[3], memo[4]
@@ -301,7 +301,7 @@ def ring_window(m, wmeta, n: int, R: int, W: int) -> tuple[torch.Tensor, torch.T
     req, pos = step_tokens(m, n)
     req = req.long()
     page = bt[req, 0].long()
-    keep = (m.slot_mapping[:n] >= 0) & (pos >= m.seq_lens[req] - R)
+    keep = (slot_mapping[:n] >= 0) & (pos >= m.seq_lens[req] - R)
     slots = torch.where(keep, page * W + (pos % W).long(), -1)
     try:
         _RING[0] = (weakref.ref(m), weakref.ref(wmeta), n, table, slots)
@@ -475,7 +475,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             # decodes are stored now (each reads its own key from the ring), prefills by forward()
             # once they have read it.
             nd = m.num_decode_tokens
-            slots = ring_window(m, win[2], n, self.window, win[0].shape[1])[1]
+            slots = ring_window(m, win[2], slot_mapping, n, self.window, win[0].shape[1])[1]
             window_store(k[:nd], v[:nd], slots[:nd], win[0], win[1], centering=centering)
         else:
             window_store(k, v, win[2].slot_mapping[:n], win[0], win[1], centering=centering)
@@ -523,9 +523,9 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         k_win, v_win = window_views(cache, self.num_kv_heads, self.head_size, dtype, self._heads_first)
         if meta.ring and k_win.shape[1] < self.window:
             raise Int2ConfigError(
-                f"int2 KV: the ring window of layer {getattr(layer, 'layer_name', layer)!r} has pages of "
-                f"{k_win.shape[1]} tokens, fewer than the window's {self.window}; enable prefix caching (paged "
-                f"window) or lower APHRODITE_INT2KV_RECENT_WINDOW")
+                f"int2 KV: the ring window of layer {getattr(layer, 'layer_name', layer)!r} reached the kernels "
+                f"in pages of {k_win.shape[1]} tokens (the engine split its pages), fewer than the window's "
+                f"{self.window}; set APHRODITE_INT2KV_RECENT_WINDOW <= {k_win.shape[1]}")
         return k_win, v_win, meta
 
     def _cache_view(self, kv_cache):
@@ -553,7 +553,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         win = self._window_state(layer, query.dtype)
         wtable = None
         if win is not None:
-            wtable = ring_window(m, win[2], n, self.window, win[0].shape[1])[0] if win[2].ring else win[2].block_table
+            wtable = (ring_window(m, win[2], m.slot_mapping, n, self.window, win[0].shape[1])[0] if win[2].ring
+                      else win[2].block_table)
         if m.num_decodes:
             # The launch shape depends on the batch only, so CUDA-graph capture and replay match.
             cfg = decode_launch_config(m.num_decodes, self.num_kv_heads, self.num_heads // self.num_kv_heads,
@@ -578,8 +579,10 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                          out=out_rot[nd:], lloyd_max=self.opts.lloyd_max, sinks=sinks,
                          k_center=_rows(center, m.num_decodes, None) if sinks else None,
                          window=(win[0], win[1], wtable[m.num_decodes:], self.window) if win else None)
-            if win is not None and win[2].ring:   # now that the prefix's window was read (do_kv_cache_update)
-                slots = ring_window(m, win[2], n, self.window, win[0].shape[1])[1]
+            if win is not None and win[2].ring:
+                # the prefills' ring entries, now that the prefill kernel has read the prefix window
+                # (the decodes' were stored by do_kv_cache_update)
+                slots = ring_window(m, win[2], m.slot_mapping, n, self.window, win[0].shape[1])[1]
                 window_store(k_rot.to(query.dtype).contiguous(), v, slots[nd:n], win[0], win[1],
                              centering=_from_token(self._store_centering(center, m, n), nd))
         out = unrotate_output(out_rot, rv, self.num_kv_heads)
