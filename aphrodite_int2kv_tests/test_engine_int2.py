@@ -277,14 +277,19 @@ def _engine_specs(cfg):
     return specs
 
 
-def _dense_long_dir(tmp_path):
+def _heads_dir(tmp_path, heads, kv_heads, head_dim, max_positions=262144):
     from transformers import Qwen3Config
 
     Qwen3Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-                max_position_embeddings=32768, architectures=["Qwen3ForCausalLM"],
+                num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+                max_position_embeddings=max_positions, architectures=["Qwen3ForCausalLM"],
                 torch_dtype="bfloat16").save_pretrained(tmp_path)
     return str(tmp_path)
+
+
+def _dense_long_dir(tmp_path):
+    """Qwen3-8B-like heads (32q / 8kv of 128)."""
+    return _heads_dir(tmp_path, 32, 8, 128, max_positions=32768)
 
 
 def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(registered, tmp_path, monkeypatch):
@@ -656,16 +661,6 @@ def test_ring_window_holds_one_page_per_request(registered):
         computed = num_tokens
     mgr.free("r")
     assert pool.get_num_free_blocks() == free0
-
-
-def _heads_dir(tmp_path, heads, kv_heads, head_dim):
-    from transformers import Qwen3Config
-
-    Qwen3Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
-                max_position_embeddings=262144, architectures=["Qwen3ForCausalLM"],
-                torch_dtype="bfloat16").save_pretrained(tmp_path)
-    return str(tmp_path)
 
 
 @pytest.mark.parametrize("ctx, ring_pages, paged_pages, bf16_pages", [(32848, 17, 20, 86), (131152, 56, 59, 331)])

@@ -109,12 +109,13 @@ class Int2WindowMetadataBuilder(AttentionMetadataBuilder[Int2WindowMetadata]):
 
     def __init__(self, kv_cache_spec, layer_names, aphrodite_config, device):
         super().__init__(kv_cache_spec, layer_names, aphrodite_config, device)
+        self._ring = bool(getattr(kv_cache_spec, "ring", False))
         _log_window(kv_cache_spec, layer_names, aphrodite_config)
 
     def build(self, common_prefix_len, common_attn_metadata, fast_build=False):
         cam = common_attn_metadata
         return Int2WindowMetadata(block_table=cam.block_table_tensor, slot_mapping=cam.slot_mapping,
-                                  ring=bool(getattr(self.kv_cache_spec, "ring", False)))
+                                  ring=self._ring)
 
 
 def _log_window(spec, layer_names, aphrodite_config) -> None:
@@ -172,6 +173,7 @@ class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
         return Int2WindowSpec(**common, hit_alignment=align, steps_in_flight=_steps_in_flight(aphrodite_config))
 
 
+@functools.lru_cache(maxsize=None)   # asked per window layer at spec time; the answer is per engine
 def _check_hybrid_prefix_hashing(int2_block: int, window_block: int) -> None:
     """Hybrid model + prefix caching + the window: aphrodite 0.21 sets the cache block size to the
     smallest group's (the window's) after sizing, then finds the GDN groups' blocks different from
