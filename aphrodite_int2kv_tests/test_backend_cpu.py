@@ -4,6 +4,8 @@ H200 the same tests run with real compilation (benchmarks/gpu/run_s10_final.sh).
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -30,11 +32,17 @@ def impl(engine, monkeypatch):
     return Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
 
 
-def engine_view(cache):
-    """The cache as the installed engine hands it to the impl (0.24: heads-first view)."""
+def engine_view(cache, layout="LBHNC"):
+    """The pages `cache` [blocks, block_size, Hkv, slot] as the installed engine hands them to the
+    impl: 0.21-0.23 as they are (the impl reads them heads first); 0.24 as the logical
+    [blocks, Hkv, block_size, slot] view of its physical layout -- LBHNC, the one our backend asks
+    for (the same bytes as 0.21's), or LBNHC (token-major) when another backend imposes it."""
     from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
 
-    return cache if shape_based_kv_api() else cache.transpose(1, 2)
+    if shape_based_kv_api():
+        return cache
+    nb, bs, h, slot = cache.shape
+    return cache.view(nb, h, bs, slot) if layout == "LBHNC" else cache.transpose(1, 2)
 
 
 def _meta(seq_lens, q_lens, block_table, slots, num_decodes):
@@ -73,7 +81,34 @@ def _expected(q, k_all, v_all, q_start, quantized_until):
     return R.attend(q, k, v, D ** -0.5, causal_offset=q_start)
 
 
-def test_prefill_then_mixed_decode_and_chunked_continuation(impl):
+def test_pages_are_heads_first(impl):
+    """docs/format.md: a page holds KV head h's slots of its tokens as one contiguous run, so a
+    decode program's tile is one run of bytes (on every engine version: 0.21-0.23 by our reading
+    of the engine's [blocks, block_size, Hkv, slot] tensor, 0.24 by the LBHNC layout)."""
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+
+    layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
+    L = SlotLayout(D, 32)
+    cache = torch.zeros(4, BS, HKV, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
+    k, v = torch.randn(1, HKV * D, device=DEVICE), torch.randn(1, HKV * D, device=DEVICE)
+    impl.do_kv_cache_update(layer, k, v, engine_view(cache), torch.tensor([2 * BS + 5], device=DEVICE))
+    runs = cache.view(4, HKV, BS, L.slot_bytes)          # the raw bytes, heads first
+    written = runs.ne(0).any(-1).nonzero().tolist()
+    assert written == [[2, h, 5] for h in range(HKV)], written
+    if not shape_based_kv_api():    # 0.24: the layout the backend asks for first
+        assert Int2AttentionBackend.supported_kv_cache_layouts()[0].name == "LBHNC"
+
+
+@pytest.mark.parametrize("layout", ["LBHNC", "LBNHC"])
+def test_prefill_then_mixed_decode_and_chunked_continuation(impl, layout):
+    """Prefill, mixed decode + chunked prefill, in the pages as the engine hands them (0.24: both
+    layouts our backend accepts; 0.21-0.23 have one, run once)."""
+    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+
+    if layout == "LBNHC" and shape_based_kv_api():
+        pytest.skip("0.21-0.23 have no layout choice")
+    view = functools.partial(engine_view, layout=layout)
     torch.manual_seed(0)
     layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
     L = SlotLayout(D, 32)
@@ -86,9 +121,9 @@ def test_prefill_then_mixed_decode_and_chunked_continuation(impl):
     # step 1: A's prompt (20 tokens) and B's first chunk (37 tokens), both prefills
     key, value, query = torch.cat([kA[:20], kB[:37]]), torch.cat([vA[:20], vB[:37]]), torch.cat([qA[:20], qB[:37]])
     slots = torch.cat([_slots(block_table, 0, 0, 20), _slots(block_table, 1, 0, 37)])
-    impl.do_kv_cache_update(layer, key, value, engine_view(cache), slots)
+    impl.do_kv_cache_update(layer, key, value, view(cache), slots)
     out = torch.empty(57, HQ * D, device=DEVICE)
-    impl.forward(layer, query.reshape(57, -1), key.reshape(57, -1), value.reshape(57, -1), engine_view(cache),
+    impl.forward(layer, query.reshape(57, -1), key.reshape(57, -1), value.reshape(57, -1), view(cache),
                  _meta([20, 37], [20, 37], block_table, slots, 0), output=out)
     out = out.view(57, HQ, D)
     torch.testing.assert_close(out[:20], R.attend(qA[:20], kA[:20], vA[:20], D ** -0.5, causal_offset=0),
@@ -97,9 +132,9 @@ def test_prefill_then_mixed_decode_and_chunked_continuation(impl):
     # step 2 (mixed batch, decodes first): A decodes token 20, B continues with 10 more tokens
     key, value, query = torch.cat([kA[20:], kB[37:]]), torch.cat([vA[20:], vB[37:]]), torch.cat([qA[20:], qB[37:]])
     slots = torch.cat([_slots(block_table, 0, 20, 1), _slots(block_table, 1, 37, 10)])
-    impl.do_kv_cache_update(layer, key, value, engine_view(cache), slots)
+    impl.do_kv_cache_update(layer, key, value, view(cache), slots)
     out = torch.empty(11, HQ * D, device=DEVICE)
-    impl.forward(layer, query.reshape(11, -1), key.reshape(11, -1), value.reshape(11, -1), engine_view(cache),
+    impl.forward(layer, query.reshape(11, -1), key.reshape(11, -1), value.reshape(11, -1), view(cache),
                  _meta([21, 47], [1, 10], block_table, slots, 1), output=out)
     out = out.view(11, HQ, D)
     # decode reads every key (its own included) back from the int2 cache
@@ -113,7 +148,8 @@ def test_padded_tokens_are_not_stored(impl):
     cache = torch.full((2, BS, HKV, SlotLayout(D, 32).slot_bytes), 7, dtype=torch.uint8, device=DEVICE)
     k = torch.randn(4, HKV * D, device=DEVICE)
     impl.do_kv_cache_update(layer, k, k, engine_view(cache), torch.tensor([3, -1, -1, 17], device=DEVICE))
-    written = (cache != 7).flatten(2).any(-1).flatten()           # per token slot
+    nb, bs, h, slot = cache.shape
+    written = (cache.view(nb, h, bs, slot) != 7).any(-1).any(1).flatten()   # per token (pages heads first)
     assert written.nonzero().flatten().tolist() == [3, 17]
 
 

@@ -350,12 +350,15 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     assert 5.0 <= ratio, ratio
 
 
-def _resolve_layout(cfg):
-    """0.24 resolves one KV layout in the engine core before sizing; do what it does for our backends."""
+def _resolve_layout(cfg, backends=None):
+    """0.24 resolves one KV layout in the engine core before sizing; do what it does for the
+    model's backends (ours by default)."""
     if hasattr(cfg.cache_config, "get_resolved_kv_cache_layout") and cfg.cache_config.kv_cache_layout is None:
-        from aphrodite.v1.kv_cache_layout import KVCacheLayout
+        from aphrodite.v1.attention.backends.utils import get_supported_kv_cache_layouts
 
-        cfg.cache_config.kv_cache_layout = KVCacheLayout.LBNHC.name
+        from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+
+        cfg.cache_config.kv_cache_layout = get_supported_kv_cache_layouts(backends or [Int2AttentionBackend])[0].name
 
 
 def test_window_off_registers_no_companion(registered, tmp_path, monkeypatch):

@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-from aphrodite_int2kv.int2.format import SlotLayout  # noqa: E402
+from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first  # noqa: E402
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, pick_num_splits, tail_slots  # noqa: E402
 
 
@@ -90,9 +90,13 @@ def copy_bandwidth(timer, nbytes=4 << 30):
     return 2 * nbytes / us / 1e3  # GB/s, bytes read + written
 
 
-def random_int2_cache(layout, num_blocks, block_size, hkv):
+def random_int2_cache(layout, num_blocks, block_size, hkv, heads_first=True):
+    """Random int2 pages [blocks, block_size, Hkv, slot] with sane scales and zeros, laid out heads
+    first as the engine's pages are (int2/format.py pages_heads_first), or token-major."""
     cache = torch.randint(0, 256, (num_blocks, block_size, hkv, layout.slot_bytes),
                           dtype=torch.uint8, device="cuda")
+    if heads_first:
+        cache = pages_heads_first(cache)
     meta = cache[..., layout.k_scale:layout.used_bytes].view(torch.float16)
     ng = layout.num_groups
     meta[..., 0 * ng:1 * ng].uniform_(0.05, 0.3)    # K scale

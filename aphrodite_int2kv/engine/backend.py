@@ -22,7 +22,7 @@ from aphrodite.v1.attention.backend import (AttentionBackend, AttentionCGSupport
 from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
 
 from aphrodite_int2kv.engine.options import Int2Options
-from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout
+from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout, pages_heads_first
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
@@ -130,7 +130,8 @@ class Int2AttentionBackend(AttentionBackend):
     def supported_kv_cache_layouts(cls):
         from aphrodite.v1.kv_cache_layout import KVCacheLayout
 
-        return (KVCacheLayout.LBNHC,)
+        # heads first within a page (docs/format.md); token-major pages work too, at a cost
+        return (KVCacheLayout.LBHNC, KVCacheLayout.LBNHC)
 
 
 @dataclasses.dataclass
@@ -374,8 +375,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         self.window = self.opts.recent_window if kv_sharing_target_layer_name is None else 0
         from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
 
-        # 0.21-0.23 hand the cache as [blocks, block_size, kv_heads, slot]; 0.24's LBNHC layout
-        # arrives as the logical [blocks, kv_heads, block_size, slot] view of the same bytes.
+        # 0.21-0.23 hand the cache as [blocks, block_size, kv_heads, slot], which we read heads
+        # first; 0.24 hands the logical [blocks, kv_heads, block_size, slot] view (_cache_view).
         self._heads_first = not shape_based_kv_api()
 
     # -- rotations and K centering ----------------------------------------------------------
@@ -529,8 +530,11 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         return k_win, v_win, meta
 
     def _cache_view(self, kv_cache):
-        """-> [blocks, block_size, kv_heads, slot] with the engine's real strides."""
-        return kv_cache.transpose(1, 2) if self._heads_first else kv_cache
+        """-> [blocks, block_size, kv_heads, slot] over the engine's pages, each page heads first
+        (docs/format.md). 0.24 lays pages out itself: with the LBHNC layout we ask for, its logical
+        [blocks, kv_heads, block_size, slot] view is heads first already (with LBNHC, imposed by
+        another backend, the kernels read the token-major pages through the same strides)."""
+        return kv_cache.transpose(1, 2) if self._heads_first else pages_heads_first(kv_cache)
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None,
                 output_scale=None, output_block_scale=None):

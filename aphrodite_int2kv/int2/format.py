@@ -18,11 +18,17 @@ elements, which is what the kernels' tensor-core dots want.
 
 Dequantized value of element e: ``level(code) * scale[e // G] + zero[e // G]`` where
 ``level(c) = c`` (uniform min/max) or a standard-normal Lloyd-Max level (``lloyd_max``).
+
+A page (one block of ``block_size`` tokens) holds its slots *heads first*: KV head h's slots of
+the page's tokens are one contiguous run, ``page + (h * block_size + token) * slot_bytes``
+(``pages_heads_first``).
 """
 
 from __future__ import annotations
 
 import dataclasses
+
+import torch
 
 GROUP_SIZES = (32, 64, 128, 256)
 HEAD_DIMS = (64, 128, 256)
@@ -122,3 +128,17 @@ def default_group_size(head_dim: int) -> int:
     if head_dim % 64 or slot_bytes(head_dim, 32) == slot_bytes(head_dim, 64):
         return 32
     return 64
+
+
+def pages_heads_first(cache: torch.Tensor) -> torch.Tensor:
+    """The engine's int2 page tensor, handed as [blocks, block_size, Hkv, slot] with each page's
+    interior contiguous (0.21-0.23; a page may be padded, stride(0) >= its bytes) -> the same memory
+    as the kernels index it, [blocks, block_size, Hkv, slot] with each page's slots heads first.
+    Why heads first: a decode program reads one KV head, so its tile is one contiguous run; with
+    a token's heads side by side, 80-byte slots (head_dim 128) straddle 32-byte sectors and a
+    program fetched ~1.6x its bytes from L2 (docs/benchmarks.md, session 11)."""
+    nb, bs, heads, slot = cache.shape
+    if tuple(cache.stride()[1:]) != (heads * slot, slot, 1):
+        raise ValueError(f"int2 KV: the engine handed a cache of shape {tuple(cache.shape)} with strides "
+                         f"{tuple(cache.stride())}; expected each page's [block_size, Hkv, slot] bytes contiguous")
+    return torch.as_strided(cache, cache.shape, (cache.stride(0), slot, bs * slot, 1), cache.storage_offset())

@@ -85,21 +85,6 @@ def _plane_asm(p: int, lloyd_levels=None) -> str:
     return _LLOYD_ASM.format(**fmt, c0=_f16x2(c[0]), c1=_f16x2(c[1]), c2=_f16x2(c[2]), c3=_f16x2(c[3]))
 
 
-# Folded tiles (int2_tile_folded): the plane's codes enter the tensor cores as the exact fp16
-# numbers M_p + code (M_p = 2**(10 - 2p)), two PRMT and two LOP3 per 4 codes and nothing else.
-_RAW_ASM = "{{\n.reg .b32 lo, hi;\nprmt.b32 lo, $2, 0, 0x5140;\nprmt.b32 hi, $2, 0, 0x5342;\n" \
-           "lop3.b32 $0, lo, {mask}, {magic}, 0xEA;\nlop3.b32 $1, hi, {mask}, {magic}, 0xEA;\n}}\n"
-
-
-def _raw_asm(p: int) -> str:
-    half = 0x6400 - (p << 11)
-    return _RAW_ASM.format(mask=hex((0x00030003 << (2 * p)) & 0xFFFFFFFF), magic=hex(half | (half << 16)))
-
-
-RAW_ASM_0 = tl.constexpr(_raw_asm(0))
-RAW_ASM_1 = tl.constexpr(_raw_asm(1))
-RAW_ASM_2 = tl.constexpr(_raw_asm(2))
-RAW_ASM_3 = tl.constexpr(_raw_asm(3))
 PLANE_ASM_0 = tl.constexpr(_plane_asm(0))
 PLANE_ASM_1 = tl.constexpr(_plane_asm(1))
 PLANE_ASM_2 = tl.constexpr(_plane_asm(2))
@@ -141,7 +126,7 @@ def load_meta(meta_f16, nmask, OFF: tl.constexpr, NG: tl.constexpr):
 @triton.jit
 def load_slots(base_u8, base_f16, slot, nmask, W: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr,
                OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-               MASK_CODES: tl.constexpr = True):
+               MASK_CODES: tl.constexpr = True, V_PAIRS: tl.constexpr = False):
     """A tile's slots at byte offsets slot [N] from base_u8 (base_f16: the same address as fp16), valid
     where nmask: K and V code bytes [N, W] uint8 and the four metadata tiles [N, NG] fp16 (K scale,
     K zero, V scale, V zero).
@@ -150,16 +135,26 @@ def load_slots(base_u8, base_f16, slot, nmask, W: tl.constexpr, NG: tl.constexpr
     where one does (Nsight Compute: 61 % of the split kernel's L2 sector requests were excess).
     MASK_CODES=False when every slot lies in allocated memory (one valid page per tile): the code
     bytes are then read unmasked -- codes are finite whatever the bytes, and the masked (zero)
-    scales and zeros make a masked token's keys and values exactly 0."""
+    scales and zeros make a masked token's keys and values exactly 0.
+    V_PAIRS: V's codes as [N, W/2] uint16 words (the folded tile's P.V operand, folded.py) instead
+    of [N, W] bytes."""
     tl.static_assert(OFF_KZ == OFF_KS + 2 * NG and OFF_VS == OFF_KZ + 2 * NG and OFF_VZ == OFF_VS + 2 * NG)
     N: tl.constexpr = slot.shape[0]
     cols = tl.arange(0, W)
     meta = base_f16 + slot // 2                       # slots are 16-byte aligned
     if MASK_CODES:
         kbytes = tl.load(base_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
-        vbytes = tl.load(base_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
     else:
         kbytes = tl.load(base_u8 + slot[:, None] + cols[None, :])
+    if V_PAIRS:         # 16-bit words (slots and OFF_V are even), loaded transposed: [W/2, N]
+        words = (base_u8 + slot + OFF_V).to(tl.pointer_type(tl.uint16))[None, :] + tl.arange(0, W // 2)[:, None]
+        if MASK_CODES:
+            vbytes = tl.load(words, mask=nmask[None, :], other=0)
+        else:
+            vbytes = tl.load(words)
+    elif MASK_CODES:
+        vbytes = tl.load(base_u8 + slot[:, None] + (OFF_V + cols)[None, :], mask=nmask[:, None], other=0)
+    else:
         vbytes = tl.load(base_u8 + slot[:, None] + (OFF_V + cols)[None, :])
     # [N, 4 NG] -> [N, 2 (K|V), 2 (scale|zero), NG] -> [N, NG, K|V, scale|zero], split twice
     both = tl.permute(tl.reshape(load_meta(meta, nmask, OFF_KS, 4 * NG), [N, 2, 2, NG]), (0, 3, 1, 2))
@@ -299,153 +294,6 @@ def int2_tile(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
 
 
 @triton.jit
-def raw_plane(packed, P: tl.constexpr, FAST: tl.constexpr):
-    """Plane P of packed uint8 codes [N, W] -> M_P + code (M_P = 2**(10 - 2P), exact) as fp16 on
-    the GPU; the plain code in fp32 under the interpreter (no inline assembly there), so CPU tests
-    check the folding of scale and zero and the GPU tests the M_P terms too."""
-    if FAST:
-        if P == 0:
-            asm: tl.constexpr = RAW_ASM_0
-        elif P == 1:
-            asm: tl.constexpr = RAW_ASM_1
-        elif P == 2:
-            asm: tl.constexpr = RAW_ASM_2
-        else:
-            asm: tl.constexpr = RAW_ASM_3
-        return tl.inline_asm_elementwise(asm, "=r,=r,r", [packed], dtype=tl.float16, is_pure=True, pack=4)
-    else:   # the interpreter: the plain code (magic(P, FAST) = 0), fp32
-        return ((packed >> (2 * P)) & 3).to(tl.float32)
-
-
-@triton.jit
-def magic(P: tl.constexpr, FAST: tl.constexpr):
-    """The offset raw_plane adds to plane P's codes: 2**(10 - 2P) on the GPU, 0 interpreted."""
-    if FAST:
-        return 1 << (10 - 2 * P)
-    else:
-        return 0
-
-
-@triton.jit
-def _in_group(P: tl.constexpr, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr):
-    """Columns of plane P that lie in group g: [W] int1 (all of them when G >= W)."""
-    cols = P * W + tl.arange(0, W)
-    return (cols >= g * G) & (cols < (g + 1) * G)
-
-
-@triton.jit
-def _overlaps(P: tl.constexpr, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr):
-    return (P * W < (g + 1) * G) and (g * G < (P + 1) * W)
-
-
-@triton.jit
-def plane_of(P: tl.constexpr, x0, x1, x2, x3):
-    """x_P of four per-plane values (P a constexpr: no code for the others)."""
-    if P == 0:
-        return x0
-    elif P == 1:
-        return x1
-    elif P == 2:
-        return x2
-    else:
-        return x3
-
-
-@triton.jit
-def folded_query_sums(q0, q1, q2, q3, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
-                      ROWS: tl.constexpr, FAST: tl.constexpr):
-    """Per query row, over group g's columns: (sum of q, sum over planes of magic(P) * that sum in
-    plane P) -- constants of the program, computed once before its tiles."""
-    qsum = tl.zeros([ROWS], tl.float32)
-    qmag = tl.zeros([ROWS], tl.float32)
-    for P in tl.static_range(4):
-        if _overlaps(P, g, W, G):
-            qp = plane_of(P, q0, q1, q2, q3)
-            part = tl.sum(tl.where(_in_group(P, g, W, G)[None, :], qp.to(tl.float32), 0.0), axis=1)
-            qsum += part
-            qmag += part * magic(P, FAST)
-    return qsum, qmag
-
-
-@triton.jit
-def int2_tile_folded(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags,
-                     kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
-                     ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
-                     DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr):
-    """int2_tile with uniform levels, scale and zero folded into the dots (no per-code arithmetic).
-    K is the MMA's row operand (tokens as rows, query heads as columns), so per-token scales
-    multiply the [N, ROWS] group dot products (raw = M_P + code, raw_plane):
-
-        s[t, h] = sum_g ks[t, g] * (raw_g[t, :] . q_g[h, :] - qmag_g[h]) + kz[t, g] * qsum_g[h]
-
-    V's scale goes into P per group, its zero (and the M_P of the raw codes) into a bias per head:
-        o[h, c in P, g] += sum_t (p vs_g)[h, t] raw[t, c] + (sum_t p vz_g)[h] - M_P (sum_t p vs_g)[h].
-    qsums / qmags [ROWS, NG]: folded_query_sums of every group; the tile's data as load_slots
-    returns it."""
-    k_scale = k_scale.to(tl.float32)
-    k_zero = k_zero.to(tl.float32)
-    v_scale = v_scale.to(tl.float32)
-    v_zero = v_zero.to(tl.float32)
-
-    # --- scores, tokens as rows: sT [N, ROWS]
-    sT = tl.zeros([N, ROWS], tl.float32)
-    for g in tl.static_range(NG):
-        # the group's dot starts from -qmag, so one multiply-add per score applies the scale
-        dg = tl.zeros([N, ROWS], tl.float32) - column(qmags, g, NG, ROWS)[None, :]
-        for P in tl.static_range(4):
-            if _overlaps(P, g, W, G):
-                qp = plane_of(P, q0, q1, q2, q3)
-                if G < W:
-                    qp = tl.where(_in_group(P, g, W, G)[None, :], qp, 0.0)
-                dg = tl.dot(raw_plane(kbytes, P, FAST).to(DOT), tl.trans(qp), dg)
-        sT += column(k_scale, g, NG, N)[:, None] * dg + \
-            column(k_zero, g, NG, N)[:, None] * column(qsums, g, NG, ROWS)[None, :]
-    if SINKS > 0:
-        sT = sT - tl.where(tok[:, None] < SINKS, qc[None, :], 0.0)
-    sT = tl.where(nmask[:, None], sT * qk_scale, float("-inf"))
-
-    m_new = tl.maximum(m_i, tl.max(sT, axis=0))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    pT = tl.exp2(sT - m_safe[None, :])
-    l_i = l_i * alpha + tl.sum(pT, axis=0)
-
-    # --- P.V: per group, P scaled by its V scales; per plane of the group, one dot and the bias
-    if G < W:   # planes of several groups: rescale first, then add each group's columns
-        acc0 = acc0 * alpha[:, None]
-        acc1 = acc1 * alpha[:, None]
-        acc2 = acc2 * alpha[:, None]
-        acc3 = acc3 * alpha[:, None]
-    # per head and group: sum_t p vz_g in one small dot instead of NG reductions
-    p_rows = tl.trans(pT).to(DOT)                                        # [ROWS, N]
-    pzs = tl.dot(p_rows, v_zero.to(DOT))                                 # [ROWS, NG]
-    for g in tl.static_range(NG):
-        pz = column(pzs, g, NG, ROWS)
-        pg = p_rows * column(v_scale, g, NG, N).to(DOT)[None, :]         # [ROWS, N]: P with V's scales
-        # M_P * sum_t pg must cancel the dot's M_P terms exactly: sum the *rounded* pg the dot
-        # multiplies (a sum of p * vs rounded once gives errors ~ M_P * 2^-11 * pg, as large as a code)
-        psum = tl.sum(pg.to(tl.float32), axis=1)
-        for P in tl.static_range(4):
-            if _overlaps(P, g, W, G):
-                acc = plane_of(P, acc0, acc1, acc2, acc3)
-                bias = (pz - psum * magic(P, FAST))[:, None]
-                if G < W:   # the plane holds several groups: this one's columns only
-                    o = tl.dot(pg, raw_plane(vbytes, P, FAST).to(DOT)) + bias
-                    acc += tl.where(_in_group(P, g, W, G)[None, :], o, 0.0)
-                else:       # one group per plane: rescale, bias and accumulate in the MMA itself
-                    acc = tl.dot(pg, raw_plane(vbytes, P, FAST).to(DOT), acc * alpha[:, None] + bias)
-                if P == 0:
-                    acc0 = acc
-                elif P == 1:
-                    acc1 = acc
-                elif P == 2:
-                    acc2 = acc
-                else:
-                    acc3 = acc
-    return m_new, l_i, acc0, acc1, acc2, acc3
-
-
-@triton.jit
 def row_plane(rows, P: tl.constexpr, nmask, W: tl.constexpr, DOT: tl.constexpr):
     """Columns [P*W, (P+1)*W) of N full-precision rows (pointers [N]) as DOT [N, W]."""
     cols = tl.arange(0, W)
@@ -495,77 +343,77 @@ def tile_pages(table_row, tok, nmask, BLOCK_SIZE: tl.constexpr):
 
 
 @triton.jit
+def next_page(table_row, lo, end, ar, BLOCK_SIZE: tl.constexpr, N: tl.constexpr, TABLE_AHEAD: tl.constexpr):
+    """With TABLE_AHEAD, the block-table entries of the tile at lo, loaded before the loop (load_tile
+    carries them from there); else a placeholder."""
+    if TABLE_AHEAD and BLOCK_SIZE % N == 0:
+        return tl.load(table_row + lo // BLOCK_SIZE, mask=lo < end, other=0)
+    elif TABLE_AHEAD:
+        return tile_pages(table_row, lo + ar, lo + ar < end, BLOCK_SIZE)
+    else:
+        return tl.zeros([N], tl.int32)
+
+
+@triton.jit
+def load_tile(n0, page_next, ar, first, end, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
+              BLOCK_SIZE: tl.constexpr, N: tl.constexpr, W: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr,
+              OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
+              TABLE_AHEAD: tl.constexpr, V_PAIRS: tl.constexpr = False):
+    """The tile of positions n0 + ar (ar = arange(N)), valid where first <= position < end: returns
+    (nmask, the next tile's page entries (TABLE_AHEAD), and load_slots' six tiles).
+    When N divides the page size, the tiles (starting on multiples of N) never cross a page: one
+    block-table entry per tile and the slots' addresses are one scalar base plus offsets fixed for
+    the whole loop, instead of a page id, a 64-bit multiply and a layout conversion per token (the
+    address arithmetic was ~10 % of the folded loop's instructions).
+    TABLE_AHEAD: the block-table entries of the next tile are loaded here and carried, so a tile's
+    copies depend on no load of their own iteration, and Triton's pipeliner keeps one tile's copies
+    in flight while another computes (TTGIR async_wait 6 -- 3 with one page per tile -- instead of
+    0). Entries two tiles ahead made it give up on async copies."""
+    tok = n0 + ar
+    nmask = (tok < end) & (tok >= first)
+    if BLOCK_SIZE % N == 0:     # one block-table entry per tile; slots at one scalar base + rows
+        if TABLE_AHEAD:
+            page = page_next
+            page_next = tl.load(table_row + (n0 + N) // BLOCK_SIZE, mask=n0 + N < end, other=0)
+        else:
+            page = tl.load(table_row + n0 // BLOCK_SIZE)
+        base = page.to(tl.int64) * stride_cb + (n0 % BLOCK_SIZE) * stride_cs + head_off
+        kbytes, vcodes, k_scale, k_zero, v_scale, v_zero = load_slots(
+            cache_u8 + base, cache_f16 + base // 2, ar * stride_cs, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS,
+            OFF_VZ, MASK_CODES=False, V_PAIRS=V_PAIRS)
+    else:                       # a page id per token
+        if TABLE_AHEAD:
+            page = page_next
+            page_next = tile_pages(table_row, tok + N, tok + N < end, BLOCK_SIZE)
+        else:
+            page = tile_pages(table_row, tok, nmask, BLOCK_SIZE)
+        slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
+        kbytes, vcodes, k_scale, k_zero, v_scale, v_zero = load_slots(
+            cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, V_PAIRS=V_PAIRS)
+    return nmask, page_next, kbytes, vcodes, k_scale, k_zero, v_scale, v_zero
+
+
+@triton.jit
 def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first, end, table_row, head_off,
                 stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE: tl.constexpr,
                 ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                 SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
                 L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
-                FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False,
-                TABLE_AHEAD: tl.constexpr = False):
-    """Tiles starting at lo, lo + N, ... below hi (lo a multiple of N); positions < first or >= end
-    are masked. FOLD (uniform levels only): int2_tile_folded instead of int2_tile. TABLE_AHEAD:
-    block-table entries a tile ahead (see below; decode_launch_config picks it).
-    When N divides the page size, the tiles (starting on multiples of N) never cross a page: one
-    block-table entry per tile and the slots' addresses are one scalar base plus offsets fixed for
-    the whole loop, instead of a page id, a 64-bit multiply and a layout conversion per token (the
-    address arithmetic was ~10 % of the folded loop's instructions)."""
-    ONE_PAGE: tl.constexpr = BLOCK_SIZE % N == 0
-    if FOLD and not LLOYD:     # the query's per-group sums, [ROWS, NG], once per span
-        gidx = tl.arange(0, NG)[None, :]
-        qsums = tl.zeros([ROWS, NG], tl.float32)
-        qmags = tl.zeros([ROWS, NG], tl.float32)
-        for g in tl.static_range(NG):
-            qsum, qmag = folded_query_sums(q0, q1, q2, q3, g, W, G, ROWS, FAST)
-            qsums = tl.where(gidx == g, qsum[:, None], qsums)
-            qmags = tl.where(gidx == g, qmag[:, None], qmags)
-    else:
-        qsums = tl.zeros([ROWS, NG], tl.float32)
-        qmags = qsums
-    # TABLE_AHEAD: the block-table entries of the next tile are loaded in this iteration and
-    # carried, so a tile's copies depend on no load of their own iteration, and Triton's pipeliner
-    # keeps one tile's copies in flight while another computes (TTGIR async_wait 6 -- 3 with one
-    # page per tile -- instead of 0). Entries two tiles ahead made it give up on async copies.
+                FAST: tl.constexpr, SINKS: tl.constexpr, TABLE_AHEAD: tl.constexpr = False):
+    """Tiles of int2_tile starting at lo, lo + N, ... below hi (lo a multiple of N); positions
+    < first or >= end are masked. TABLE_AHEAD: block-table entries a tile ahead (load_tile;
+    decode_launch_config picks it)."""
     ar = tl.arange(0, N)
-    rows = ar * stride_cs                         # a page's token offsets (ONE_PAGE)
-    if ONE_PAGE and TABLE_AHEAD:
-        page_next = tl.load(table_row + lo // BLOCK_SIZE, mask=lo < end, other=0)
-    elif TABLE_AHEAD:
-        page_next = tile_pages(table_row, lo + ar, lo + ar < end, BLOCK_SIZE)
-    else:
-        page_next = tl.zeros([N], tl.int32)       # unused
+    page_next = next_page(table_row, lo, end, ar, BLOCK_SIZE, N, TABLE_AHEAD)
     for n0 in range(lo, hi, N):
-        tok = n0 + ar
-        nmask = (tok < end) & (tok >= first)
-        if ONE_PAGE:    # one block-table entry per tile; slots at one scalar base + rows
-            if TABLE_AHEAD:
-                page = page_next
-                page_next = tl.load(table_row + (n0 + N) // BLOCK_SIZE, mask=n0 + N < end, other=0)
-            else:
-                page = tl.load(table_row + n0 // BLOCK_SIZE)
-            base = page.to(tl.int64) * stride_cb + (n0 % BLOCK_SIZE) * stride_cs + head_off
-            kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
-                cache_u8 + base, cache_f16 + base // 2, rows, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ,
-                MASK_CODES=False)
-        else:           # a page id per token
-            if TABLE_AHEAD:
-                page = page_next
-                page_next = tile_pages(table_row, tok + N, tok + N < end, BLOCK_SIZE)
-            else:
-                page = tile_pages(table_row, tok, nmask, BLOCK_SIZE)
-            slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
-            kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_slots(
-                cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ)
-        if FOLD and not LLOYD:
-            m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile_folded(
-                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, qsums, qmags,
-                kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
-                ROWS, N, W, G, NG, DOT, FAST, SINKS)
-        else:
-            m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
-                m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
-                kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, tok, qc,
-                ROWS, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+        nmask, page_next, kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_tile(
+            n0, page_next, ar, first, end, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
+            BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD)
+        m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
+            kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, n0 + ar, qc,
+            ROWS, N, W, G, NG, SEG, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
     return m_i, l_i, acc0, acc1, acc2, acc3
 
 
@@ -576,8 +424,7 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first, t
               SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
               OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
               L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
-              FAST: tl.constexpr, SINKS: tl.constexpr, FOLD: tl.constexpr = False,
-              TABLE_AHEAD: tl.constexpr = False):
+              FAST: tl.constexpr, SINKS: tl.constexpr, TABLE_AHEAD: tl.constexpr = False):
     """Positions [max(lo, first), hi) of one sequence from the paged int2 cache, N at a time from lo
     (a multiple of N). table_row: the sequence's block-table row (pointer); head_off: the KV head's
     byte offset in a token's row.
@@ -592,7 +439,7 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first, t
     return _int2_tiles(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, sink_hi, hi, first, hi, table_row, head_off,
         stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE, ROWS, N, W, G, NG, SEG,
-        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD, TABLE_AHEAD)
+        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, TABLE_AHEAD)
 
 
 @triton.jit

@@ -32,6 +32,7 @@ from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.common import (LOG2E, empty_state, group_heads, int2_span, query_dot_center, query_planes,
                                              window_span)
+from aphrodite_int2kv.kernels.folded import folded_span, store_partial_pairs
 
 
 # Integer arguments that follow the batch size (split and slot counts) or the configuration are
@@ -61,7 +62,7 @@ def _int2_decode_split_kernel(
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
     DOT: tl.constexpr, FAST: tl.constexpr,
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
-    FOLD: tl.constexpr = False,                  # int2_tile_folded (common.py): uniform levels
+    FOLD: tl.constexpr = False,                  # the folded tile (folded.py): uniform levels
     TABLE_AHEAD: tl.constexpr = False,           # block-table entries a tile ahead (common.py)
 ):
     W: tl.constexpr = D // 4
@@ -86,22 +87,28 @@ def _int2_decode_split_kernel(
     int2_len = tl.maximum(seq_len - window_len, 0)
     lo = tl.minimum(head_len, int2_len)
     # splits (and so tiles) start on multiples of BLOCK_N, positions below lo masked: a tile then
-    # never crosses a page when BLOCK_N divides the page size (common.py _int2_tiles)
+    # never crosses a page when BLOCK_N divides the page size (common.py load_tile)
     base = (lo // BLOCK_N) * BLOCK_N
     per_split = tl.cdiv(tl.cdiv(int2_len - base, num_splits), BLOCK_N) * BLOCK_N
     start = base + split * per_split
     end = tl.minimum(start + per_split, int2_len)
 
     q0, q1, q2, q3 = query_planes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, DOT)
-    m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_H, W)
-    m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
-        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end, lo,
-        block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
-        qk_scale, l_i, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
-        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, FOLD, TABLE_AHEAD)
-
-    store_partial(part_out_ptr, part_lse_ptr, (batch * NUM_Q_HEADS + q_head) * total_splits + split,
-                  hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
+    row = (batch * NUM_Q_HEADS + q_head) * total_splits + split
+    table_row = block_table_ptr + batch * stride_bt
+    if FOLD:
+        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = folded_span(
+            q0, q1, q2, q3, start, end, lo, table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8,
+            cache_f16, qk_scale, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG,
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD)
+        store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, D, W)
+    else:
+        m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_H, W)
+        m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end, lo, table_row, kv_head * stride_ch,
+            stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, l_i, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, TABLE_AHEAD)
+        store_partial(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
 
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
@@ -246,17 +253,30 @@ class DecodeLaunch:
                     block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold)
 
 
+def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
+    """Split programs per multiprocessor: whole waves of the one-warp programs that fit at the
+    tile's register count (sm_90, 64K registers: 255 -> 8, 168 -> 12, 127 -> 16), two waves at
+    head_dim <= 128 (they balance ragged sequence lengths), one at 256 (measured best).
+    Registers from `benchmarks/sass_report.py` (triton 3.6.0); the folded tile at head_dim 128 with
+    8 query heads per tile takes 168 (session 11: V read as 16-bit words, P.V transposed), the
+    per-code tile and 16-head tiles 255; head_dim 64 takes 127 (one wave of 16, not timed)."""
+    if head_dim <= 64:
+        return 16
+    if head_dim <= 128:
+        return 24 if fold and block_h <= 8 else 16
+    return 8
+
+
 @functools.lru_cache(maxsize=1024)      # called per layer and step with a handful of distinct shapes
 def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: int,
                          num_sms: int = 132, max_seq_len: int | None = None, fold: bool = True) -> DecodeLaunch:
     """Launch shape of the split-KV decode, from the H200 sweeps in benchmarks/results/
     (decode_tune_h200.log, session6/decode_tune_h200.log): one-warp programs (no cross-warp
     softmax reductions) of 64 tokens at head_dim <= 128, of 32 tokens at head_dim 256 (17 % faster
-    than two-warp programs of 64 there). At 255 registers 8 one-warp programs fit on a
-    multiprocessor; the split count gives 16 programs per multiprocessor at head_dim <= 128 (two
-    waves, which balance ragged sequence lengths) and 8 at head_dim 256, *rounded down*: a grid
-    just past a whole number of waves pays a whole extra program time (17 splits at batch 32 with
-    4 KV heads cost 13 % over 16 once the lengths divided evenly).
+    than two-warp programs of 64 there). The split count gives programs_per_sm programs per
+    multiprocessor, *rounded down*: a grid just past a whole number of waves pays a whole extra
+    program time (17 splits at batch 32 with 4 KV heads cost 13 % over 16 once the lengths divided
+    evenly, at 8 programs per wave).
     Depends only on the batch and head shapes (not on sequence lengths) unless max_seq_len is
     given, so a CUDA graph captured for a batch size replays the same grid; each program then
     divides its sequence's actual length by the split count.
@@ -267,7 +287,7 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     block_h = block_h_for(ratio)
     tiles = -(-ratio // block_h)
     programs_per_split = max(1, batch * num_kv_heads * tiles)
-    per_sm = 16 if head_dim <= 128 else 8
+    per_sm = programs_per_sm(head_dim, block_h, fold)
     splits = per_sm * num_sms // programs_per_split
     if max_seq_len is not None:
         splits = min(splits, max(1, max_seq_len // 256))
@@ -331,7 +351,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     Recent window: `window` = (k_win, v_win [blocks, window_block_size, Hkv, D] in the same rotated
     (and centered) basis, window_block_table [B, max_blocks] int32, R): the last R tokens of each
     sequence are read there in full precision.
-    `fold`: the splits run the folded tile (common.py int2_tile_folded: codes straight into the
+    `fold`: the splits run the folded tile (folded.py: codes straight into the
     tensor cores, scale and zero applied to the dot products; uniform levels only), else the per-code
     tile (each code dequantized before its dot).
     `table_ahead`: the split loop loads each tile's block-table entries an iteration early, which

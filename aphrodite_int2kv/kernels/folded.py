@@ -1,0 +1,293 @@
+"""The folded decode tile: uniform-level int2 codes straight into the tensor cores, scale and zero
+applied to the dot products instead of to every code (docs/format.md, "How decode reads it").
+
+Both products put *tokens on the MMA's K or M side and the query heads (ROWS <= 8 or 16..32) on
+its N side*, so no operand is padded from 8 heads to the MMA's 16 rows:
+
+    scores  sT [N, ROWS]    = K codes [N tokens, W] . q plane^T [W, ROWS]     (per plane and group)
+    output  accT [W/2, ROWS] = V codes^T [W/2, N tokens] . (p * V scale) [N, ROWS]   (even / odd columns)
+
+The P.V operand needs pairs of consecutive tokens per register (its contraction runs over
+tokens) while a token's bytes are contiguous in the cache. V's codes are therefore read as 16-bit
+words (the bytes of columns 2j, 2j + 1), transposed to [W/2, N] -- which the tensor-core operand
+load does with a transposing ldmatrix from shared memory -- and one register holding the words of
+tokens t, t + 1 is split by PRMT into the even-column pair and the odd-column pair. The output
+plane is kept as two accumulators, even and odd columns, interleaved again when stored.
+
+A plane's codes enter as the exact fp16 numbers M_P + code, M_P = 2**(10 - 2P) (PRMT spreads the
+bytes into 16-bit halves, LOP3 masks the plane's two bits in place under M_P's exponent); the
+M_P terms are cancelled by a bias per head (module docstring of common.py for the trick).
+Under TRITON_INTERPRET (no inline assembly) the codes come from shifts and masks and M_P = 0.
+"""
+
+import triton
+import triton.language as tl
+
+from aphrodite_int2kv.kernels.common import column, load_tile, next_page
+
+
+def _magic_bits(p: int) -> tuple[str, str]:
+    half = 0x6400 - (p << 11)            # fp16 bits of 2**(10 - 2p): 1024, 256, 64, 16
+    return hex((0x00030003 << (2 * p)) & 0xFFFFFFFF), hex(half | (half << 16))
+
+
+# K: 4 code bytes of one token (columns j..j+3) -> two fp16 pairs (j, j+1), (j+2, j+3).
+_K_ASM = "{{\n.reg .b32 lo, hi;\nprmt.b32 lo, $2, 0, 0x5140;\nprmt.b32 hi, $2, 0, 0x5342;\n" \
+         "lop3.b32 $0, lo, {mask}, {magic}, 0xEA;\nlop3.b32 $1, hi, {mask}, {magic}, 0xEA;\n}}\n"
+# V: two 16-bit words, tokens t (low) and t+1 (high), each the bytes of columns 2j, 2j+1 ->
+# the fp16 pair of column 2j (tokens t, t+1) and that of column 2j+1.
+_V_ASM = "{{\n.reg .b32 w;\nprmt.b32 w, $1, 0, {sel};\nlop3.b32 $0, w, {mask}, {magic}, 0xEA;\n}}\n"
+
+
+def _asm(template: str, p: int, sel: str = "") -> str:
+    mask, magic_ = _magic_bits(p)
+    return template.format(mask=mask, magic=magic_, sel=sel)
+
+
+K_ASM_0 = tl.constexpr(_asm(_K_ASM, 0))
+K_ASM_1 = tl.constexpr(_asm(_K_ASM, 1))
+K_ASM_2 = tl.constexpr(_asm(_K_ASM, 2))
+K_ASM_3 = tl.constexpr(_asm(_K_ASM, 3))
+VE_ASM_0 = tl.constexpr(_asm(_V_ASM, 0, "0x4240"))
+VE_ASM_1 = tl.constexpr(_asm(_V_ASM, 1, "0x4240"))
+VE_ASM_2 = tl.constexpr(_asm(_V_ASM, 2, "0x4240"))
+VE_ASM_3 = tl.constexpr(_asm(_V_ASM, 3, "0x4240"))
+VO_ASM_0 = tl.constexpr(_asm(_V_ASM, 0, "0x4341"))
+VO_ASM_1 = tl.constexpr(_asm(_V_ASM, 1, "0x4341"))
+VO_ASM_2 = tl.constexpr(_asm(_V_ASM, 2, "0x4341"))
+VO_ASM_3 = tl.constexpr(_asm(_V_ASM, 3, "0x4341"))
+
+
+@triton.jit
+def raw_k_plane(kbytes, P: tl.constexpr, FAST: tl.constexpr):
+    """Plane P of K's code bytes [N, W] uint8 -> M_P + code, fp16 [N, W] on the GPU (the plain
+    code in fp32 under the interpreter)."""
+    if FAST:
+        if P == 0:
+            asm: tl.constexpr = K_ASM_0
+        elif P == 1:
+            asm: tl.constexpr = K_ASM_1
+        elif P == 2:
+            asm: tl.constexpr = K_ASM_2
+        else:
+            asm: tl.constexpr = K_ASM_3
+        return tl.inline_asm_elementwise(asm, "=r,=r,r", [kbytes], dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        return ((kbytes >> (2 * P)) & 3).to(tl.float32)
+
+
+@triton.jit
+def raw_v_pairs(vwords_t, P: tl.constexpr, FAST: tl.constexpr):
+    """Plane P of V's code words, transposed [W/2, N] uint16 (word j of a token: the bytes of
+    columns 2j, 2j + 1) -> (even, odd): M_P + code of columns 2j and 2j + 1, fp16 [W/2, N] each
+    (the plain codes in fp32 under the interpreter)."""
+    if FAST:
+        if P == 0:
+            even: tl.constexpr = VE_ASM_0
+            odd: tl.constexpr = VO_ASM_0
+        elif P == 1:
+            even: tl.constexpr = VE_ASM_1
+            odd: tl.constexpr = VO_ASM_1
+        elif P == 2:
+            even: tl.constexpr = VE_ASM_2
+            odd: tl.constexpr = VO_ASM_2
+        else:
+            even: tl.constexpr = VE_ASM_3
+            odd: tl.constexpr = VO_ASM_3
+        return (tl.inline_asm_elementwise(even, "=r,r", [vwords_t], dtype=tl.float16, is_pure=True, pack=2),
+                tl.inline_asm_elementwise(odd, "=r,r", [vwords_t], dtype=tl.float16, is_pure=True, pack=2))
+    else:
+        return ((vwords_t >> (2 * P)) & 3).to(tl.float32), ((vwords_t >> (8 + 2 * P)) & 3).to(tl.float32)
+
+
+@triton.jit
+def magic(P: tl.constexpr, FAST: tl.constexpr):
+    """The offset the raw planes carry: 2**(10 - 2P) on the GPU, 0 interpreted."""
+    if FAST:
+        return 1 << (10 - 2 * P)
+    else:
+        return 0
+
+
+@triton.jit
+def _overlaps(P: tl.constexpr, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr):
+    """Whether plane P (columns [P W, (P+1) W)) holds columns of group g."""
+    return (P * W < (g + 1) * G) and (g * G < (P + 1) * W)
+
+
+@triton.jit
+def _in_group(cols, g: tl.constexpr, G: tl.constexpr):
+    return (cols >= g * G) & (cols < (g + 1) * G)
+
+
+@triton.jit
+def _pick(P: tl.constexpr, x0, x1, x2, x3):
+    """x_P of four per-plane values (P a constexpr: no code for the others)."""
+    if P == 0:
+        return x0
+    elif P == 1:
+        return x1
+    elif P == 2:
+        return x2
+    else:
+        return x3
+
+
+@triton.jit
+def query_sums(q0, q1, q2, q3, ROWS: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+               FAST: tl.constexpr):
+    """Per query row and group, [ROWS, NG] fp32: (sum of q over the group's columns, sum over
+    planes of M_P * that sum in plane P) -- constants of the program, computed once."""
+    gidx = tl.arange(0, NG)[None, :]
+    cols = tl.arange(0, W)
+    qsums = tl.zeros([ROWS, NG], tl.float32)
+    qmags = tl.zeros([ROWS, NG], tl.float32)
+    for g in tl.static_range(NG):
+        qsum = tl.zeros([ROWS], tl.float32)
+        qmag = tl.zeros([ROWS], tl.float32)
+        for P in tl.static_range(4):
+            if _overlaps(P, g, W, G):
+                qp = _pick(P, q0, q1, q2, q3).to(tl.float32)
+                part = tl.sum(tl.where(_in_group(P * W + cols, g, G)[None, :], qp, 0.0), axis=1)
+                qsum += part
+                qmag += part * magic(P, FAST)
+        qsums = tl.where(gidx == g, qsum[:, None], qsums)
+        qmags = tl.where(gidx == g, qmag[:, None], qmags)
+    return qsums, qmags
+
+
+@triton.jit
+def empty_pairs(ROWS: tl.constexpr, W: tl.constexpr):
+    """The folded tile's state before any token: m = -inf, l = 0, eight zero accumulators
+    [W/2, ROWS] (even and odd columns of the four planes)."""
+    z = tl.zeros([W // 2, ROWS], tl.float32)
+    return tl.full([ROWS], float("-inf"), tl.float32), tl.zeros([ROWS], tl.float32), z, z, z, z, z, z, z, z
+
+
+@triton.jit
+def _pv(acc, raw, pg, alpha, bias, rows_in_group, G: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
+    """acc [W/2, ROWS] += raw [W/2, N] . pg [N, ROWS] + bias [ROWS] on the rows in the group."""
+    if G < W:   # the plane holds several groups: acc was rescaled before, add this group's rows
+        return acc + tl.where(rows_in_group[:, None], tl.dot(raw.to(DOT), pg) + bias[None, :], 0.0)
+    else:       # one group per plane: rescale, bias and accumulate in the MMA itself
+        return tl.dot(raw.to(DOT), pg, acc * alpha[None, :] + bias[None, :])
+
+
+@triton.jit
+def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qmags,
+                     kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale,
+                     ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+                     DOT: tl.constexpr, FAST: tl.constexpr):
+    """One tile of N tokens for ROWS query rows. kbytes [N, W] uint8, vwords [N, W/2] uint16 and
+    the metadata [N, NG] as load_tile returns them; qsums / qmags from query_sums.
+
+        s[t, h] = sum_g ks[t, g] (raw_g[t, :] . q_g[h, :] - qmag_g[h]) + kz[t, g] qsum_g[h]
+        o[c, h] += sum_t raw[t, c] (p vs_g)[t, h] + (sum_t p vz_g)[h] - M_P (sum_t p vs_g)[h]
+
+    Returns the updated (m_i, l_i, e0, o0, ..., e3, o3)."""
+    k_scale = k_scale.to(tl.float32)
+    k_zero = k_zero.to(tl.float32)
+
+    # --- scores, tokens as rows: sT [N, ROWS]
+    kcols = tl.arange(0, W)
+    sT = tl.zeros([N, ROWS], tl.float32)
+    for g in tl.static_range(NG):
+        # the group's dot starts from -qmag, so one multiply-add per score applies the scale
+        dg = tl.zeros([N, ROWS], tl.float32) - column(qmags, g, NG, ROWS)[None, :]
+        for P in tl.static_range(4):
+            if _overlaps(P, g, W, G):
+                qp = _pick(P, q0, q1, q2, q3)
+                if G < W:
+                    qp = tl.where(_in_group(P * W + kcols, g, G)[None, :], qp, 0.0)
+                dg = tl.dot(raw_k_plane(kbytes, P, FAST).to(DOT), tl.trans(qp), dg)
+        sT += column(k_scale, g, NG, N)[:, None] * dg + \
+            column(k_zero, g, NG, N)[:, None] * column(qsums, g, NG, ROWS)[None, :]
+    sT = tl.where(nmask[:, None], sT * qk_scale, float("-inf"))
+
+    m_new = tl.maximum(m_i, tl.max(sT, axis=0))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    pT = tl.exp2(sT - m_safe[None, :])
+    l_i = l_i * alpha + tl.sum(pT, axis=0)
+
+    # --- P.V, transposed: per group, P scaled by its V scales; per plane, even and odd columns
+    p16 = pT.to(DOT)
+    pzs = tl.trans(tl.dot(tl.trans(v_zero.to(DOT)), p16))             # [ROWS, NG]: sum_t p vz_g
+    half = 2 * tl.arange(0, W // 2)                                     # even column of each row
+    if G < W:
+        e0 = e0 * alpha[None, :]
+        o0 = o0 * alpha[None, :]
+        e1 = e1 * alpha[None, :]
+        o1 = o1 * alpha[None, :]
+        e2 = e2 * alpha[None, :]
+        o2 = o2 * alpha[None, :]
+        e3 = e3 * alpha[None, :]
+        o3 = o3 * alpha[None, :]
+    for g in tl.static_range(NG):
+        pg = p16 * column(v_scale, g, NG, N).to(DOT)[:, None]           # [N, ROWS]
+        # M_P * sum_t pg must cancel the dot's M_P terms exactly: sum the *rounded* pg the dot
+        # multiplies (p * vs rounded once gives errors ~ M_P * 2^-11 * pg, as large as a code)
+        psum = tl.sum(pg.to(tl.float32), axis=0)
+        pz = column(pzs, g, NG, ROWS)
+        for P in tl.static_range(4):
+            if _overlaps(P, g, W, G):
+                bias = pz - psum * magic(P, FAST)
+                ev, od = raw_v_pairs(vwords, P, FAST)
+                even_in = _in_group(P * W + half, g, G)
+                odd_in = _in_group(P * W + half + 1, g, G)
+                if P == 0:
+                    e0 = _pv(e0, ev, pg, alpha, bias, even_in, G, W, DOT)
+                    o0 = _pv(o0, od, pg, alpha, bias, odd_in, G, W, DOT)
+                elif P == 1:
+                    e1 = _pv(e1, ev, pg, alpha, bias, even_in, G, W, DOT)
+                    o1 = _pv(o1, od, pg, alpha, bias, odd_in, G, W, DOT)
+                elif P == 2:
+                    e2 = _pv(e2, ev, pg, alpha, bias, even_in, G, W, DOT)
+                    o2 = _pv(o2, od, pg, alpha, bias, odd_in, G, W, DOT)
+                else:
+                    e3 = _pv(e3, ev, pg, alpha, bias, even_in, G, W, DOT)
+                    o3 = _pv(o3, od, pg, alpha, bias, odd_in, G, W, DOT)
+    return m_new, l_i, e0, o0, e1, o1, e2, o2, e3, o3
+
+
+@triton.jit
+def folded_span(q0, q1, q2, q3, lo, hi, first, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
+                qk_scale, BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
+                G: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
+                OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
+                TABLE_AHEAD: tl.constexpr):
+    """Positions [max(lo, first), hi) of one sequence with the folded tile, N at a time from lo (a
+    multiple of N); arguments as common.int2_span's. Returns the folded state (empty_pairs)."""
+    qsums, qmags = query_sums(q0, q1, q2, q3, ROWS, W, G, NG, FAST)
+    m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = empty_pairs(ROWS, W)
+    ar = tl.arange(0, N)
+    page_next = next_page(table_row, lo, hi, ar, BLOCK_SIZE, N, TABLE_AHEAD)
+    for n0 in range(lo, hi, N):
+        nmask, page_next, kbytes, vwords, k_scale, k_zero, v_scale, v_zero = load_tile(
+            n0, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
+            BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, True)
+        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = int2_tile_folded(
+            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qmags,
+            kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, ROWS, N, W, G, NG, DOT, FAST)
+    return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3
+
+
+@triton.jit
+def store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3,
+                        D: tl.constexpr, W: tl.constexpr):
+    """decode.store_partial for the folded state: accumulators [W/2, ROWS] of even / odd columns,
+    written interleaved to slot rows `row` [ROWS]."""
+    has = l_i > 0
+    inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)[None, :]
+    out = part_out_ptr + row[None, :] * D + 2 * tl.arange(0, W // 2)[:, None]
+    m = hmask[None, :]
+    tl.store(out + 0 * W, e0 * inv_l, mask=m)
+    tl.store(out + 0 * W + 1, o0 * inv_l, mask=m)
+    tl.store(out + 1 * W, e1 * inv_l, mask=m)
+    tl.store(out + 1 * W + 1, o1 * inv_l, mask=m)
+    tl.store(out + 2 * W, e2 * inv_l, mask=m)
+    tl.store(out + 2 * W + 1, o2 * inv_l, mask=m)
+    tl.store(out + 3 * W, e3 * inv_l, mask=m)
+    tl.store(out + 3 * W + 1, o3 * inv_l, mask=m)
+    lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
+    tl.store(part_lse_ptr + row, lse, mask=hmask)

@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""A/B of the int2 split-KV decode against an earlier revision of the kernels, in one process (GPU).
+
+The baseline is a copy of an earlier `aphrodite_int2kv` package under another name, made by
+  git archive REV aphrodite_int2kv | tar -x -C /tmp/ab && mv /tmp/ab/aphrodite_int2kv /tmp/ab/int2kv_base
+  sed -i 's/aphrodite_int2kv/int2kv_base/g' $(grep -rl aphrodite_int2kv /tmp/ab/int2kv_base)
+and put on sys.path with --baseline-path. Each side runs with its own engine launch config
+(decode_launch_config) on the same caches and queries; the new side also with the split counts
+of --per-sm (programs per multiprocessor). Every variant is checked against the torch reference
+on short sequences first, and the two sides' full-length outputs against each other.
+CUDA-graph replays, L2 flushed before each call, median of --iters (decode_attention.Timer).
+
+  python3 benchmarks/decode_ab.py --baseline-path /tmp/ab --out $OUT/decode_ab.json
+"""
+import argparse
+import importlib
+import json
+import math
+import sys
+
+import torch
+
+sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
+from benchmarks.decode_attention import Timer, log, random_int2_cache  # noqa: E402
+from aphrodite_int2kv.int2 import reference as R  # noqa: E402
+from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first  # noqa: E402
+from aphrodite_int2kv.kernels import decode as new  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--baseline-path", required=True, help="directory holding the renamed baseline package")
+    ap.add_argument("--baseline-module", default="int2kv_base")
+    ap.add_argument("--configs", default="32/4/128,16/2/256", help="Hq/Hkv/D,...")
+    ap.add_argument("--contexts", default="32768,131072")
+    ap.add_argument("--batches", default="8,32,64")
+    ap.add_argument("--per-sm", default="", help="extra split counts for the new side: programs per SM")
+    ap.add_argument("--variants", default="", help="extra new-side tiles: block_n/num_warps/num_stages,...")
+    ap.add_argument("--head-major", action="store_true",
+                    help="also time the new side on the same pages read heads first (pages_heads_first)")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--out", default="decode_ab.json")
+    args = ap.parse_args()
+    sys.path.insert(0, args.baseline_path)
+    base = importlib.import_module(f"{args.baseline_module}.kernels.decode")
+    timer = Timer(graph=True)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    G, BS = 64, 128
+    rows = []
+    for cfg in args.configs.split(","):
+        Hq, Hkv, D = map(int, cfg.split("/"))
+        L = SlotLayout(D, G)
+        for S in map(int, args.contexts.split(",")):
+            for B in map(int, args.batches.split(",")):
+                blocks = B * math.ceil(S / BS)
+                cache = random_int2_cache(L, blocks, BS, Hkv, heads_first=False)   # the baseline's pages
+                table = torch.randperm(blocks, device="cuda").int().view(B, -1)
+                seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
+                short = torch.full((B,), 3000, dtype=torch.int32, device="cuda")
+                q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+                ref = R.decode_reference(q[:2].float(), cache, table[:2], short[:2], L, D ** -0.5)
+                sides = []
+                bcfg = base.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
+                sides.append(("base", base.int2_decode, bcfg.num_splits, bcfg.kwargs()))
+                ncfg = new.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
+                sides.append(("new", new.int2_decode, ncfg.num_splits, ncfg.kwargs()))
+                tiles = [tuple(map(int, v.split("/"))) for v in args.variants.split(",") if v]
+                for per_sm in [int(x) for x in args.per_sm.split(",") if x]:
+                    for bn, nw, ns in tiles or [(ncfg.block_n, ncfg.num_warps, ncfg.num_stages)]:
+                        splits = max(1, min(256, per_sm * sms // (B * Hkv * math.ceil(Hq // Hkv / ncfg.block_h))))
+                        kw = dict(ncfg.kwargs(), block_n=bn, num_warps=nw, num_stages=ns)
+                        sides.append((f"new/{per_sm}/{bn}/{nw}/{ns}", new.int2_decode, splits, kw))
+                if args.head_major:   # the same pages, each page's slots heads first
+                    hm = pages_heads_first(cache)
+                    ref_hm = R.decode_reference(q[:2].float(), hm, table[:2], short[:2], L, D ** -0.5)
+                    sides += [("hm/" + name, fn, splits, kw) for name, fn, splits, kw in sides[1:]]
+                outs = {}
+                line = []
+                for name, fn, splits, kw in sides:
+                    pages, want = (hm, ref_hm) if name.startswith("hm/") else (cache, ref)
+                    try:
+                        got = fn(q, pages, table, short, L, D ** -0.5, splits, **kw)[:2].float()
+                        err = (got - want).abs().max().item()
+                        if not err < 2e-2:
+                            raise AssertionError(f"max error {err:.3g} vs reference")
+                        call = lambda: fn(q, pages, table, seq, L, D ** -0.5, splits, **kw)  # noqa: E731
+                        outs[name] = call().float()
+                        us = timer.median_us(call, iters=args.iters)
+                    except Exception as exc:  # noqa: BLE001 - a sweep: report and go on
+                        log(f"    {name}: {str(exc).splitlines()[0][:160]}")
+                        us, err = float("nan"), float("nan")
+                    diff = (outs[name] - outs["base"]).abs().max().item() \
+                        if name in outs and "base" in outs and not name.startswith("hm/") else None
+                    rows.append(dict(num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, context_len=S, batch=B,
+                                     group_size=G, block_size=BS, side=name, num_splits=splits,
+                                     launch={k: v for k, v in kw.items()}, int2_us=round(us, 2),
+                                     ref_err=err, max_diff_vs_base=diff))
+                    line.append(f"{name}:{splits}={us:.1f}")
+                b_us = rows[-len(sides)]["int2_us"]
+                best = min(rows[-len(sides) + 1:], key=lambda r: r["int2_us"] if r["int2_us"] == r["int2_us"] else 1e9)
+                log(f"Hq{Hq}/kv{Hkv}/D{D} S={S} B={B}: " + " ".join(line) +
+                    f" | new/base {rows[-len(sides) + 1]['int2_us'] / b_us:.3f}, best {best['side']} {best['int2_us'] / b_us:.3f}")
+                del cache
+                torch.cuda.empty_cache()
+    json.dump({"command": " ".join(sys.argv), "gpu": torch.cuda.get_device_name(0), "rows": rows},
+              open(args.out, "w"), indent=1)
+
+
+if __name__ == "__main__":
+    main()
