@@ -38,6 +38,8 @@ def main():
     ap.add_argument("--variants", default="", help="extra new-side tiles: block_n/num_warps/num_stages,...")
     ap.add_argument("--head-major", action="store_true",
                     help="also time the new side on the same pages read heads first (pages_heads_first)")
+    ap.add_argument("--heads-first", action="store_true",
+                    help="both sides on pages read heads first (the engine's since session 11), not token-major")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default="decode_ab.json")
     args = ap.parse_args()
@@ -53,7 +55,7 @@ def main():
         for S in map(int, args.contexts.split(",")):
             for B in map(int, args.batches.split(",")):
                 blocks = B * math.ceil(S / BS)
-                cache = random_int2_cache(L, blocks, BS, Hkv, heads_first=False)   # the baseline's pages
+                cache = random_int2_cache(L, blocks, BS, Hkv, heads_first=args.heads_first)
                 table = torch.randperm(blocks, device="cuda").int().view(B, -1)
                 seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
                 short = torch.full((B,), 3000, dtype=torch.int32, device="cuda")
