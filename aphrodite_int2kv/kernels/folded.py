@@ -158,38 +158,33 @@ def query_sums(q0, q1, q2, q3, ROWS: tl.constexpr, W: tl.constexpr, G: tl.conste
 
 @triton.jit
 def empty_pairs(ROWS: tl.constexpr, W: tl.constexpr):
-    """The folded tile's state before any token: m = -inf [ROWS], l = 0 and eight zero
-    accumulators [W/2, ROWS] (even and odd columns of the four planes). l is kept as a tile like
-    the accumulators, every row the same running sum (int2_tile_folded)."""
+    """The folded tile's state before any token: m = -inf, l = 0, eight zero accumulators
+    [W/2, ROWS] (even and odd columns of the four planes)."""
     z = tl.zeros([W // 2, ROWS], tl.float32)
-    return tl.full([ROWS], float("-inf"), tl.float32), z, z, z, z, z, z, z, z, z
+    return tl.full([ROWS], float("-inf"), tl.float32), tl.zeros([ROWS], tl.float32), z, z, z, z, z, z, z, z
 
 
 @triton.jit
 def _pv(acc, raw, pg, alpha, bias, rows_in_group, G: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
-    """acc [W/2, ROWS] += raw [W/2, N] . pg [N, ROWS] + bias [W/2, ROWS] on the rows in the group."""
+    """acc [W/2, ROWS] += raw [W/2, N] . pg [N, ROWS] + bias [ROWS] on the rows in the group."""
     if G < W:   # the plane holds several groups: acc was rescaled before, add this group's rows
-        return acc + tl.where(rows_in_group[:, None], tl.dot(raw.to(DOT), pg) + bias, 0.0)
+        return acc + tl.where(rows_in_group[:, None], tl.dot(raw.to(DOT), pg) + bias[None, :], 0.0)
     else:       # one group per plane: rescale, bias and accumulate in the MMA itself
-        return tl.dot(raw.to(DOT), pg, acc * alpha[None, :] + bias)
+        return tl.dot(raw.to(DOT), pg, acc * alpha[None, :] + bias[None, :])
 
 
 @triton.jit
-def int2_tile_folded(m_i, l_t, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qmags,
-                     kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask,
+def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qmags,
+                     kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale,
                      ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                      DOT: tl.constexpr, FAST: tl.constexpr):
-    """One tile of N tokens for ROWS query rows. kbytes [N, W] uint8, vwords [W/2, N] uint16 and
-    the metadata [N, NG] as load_tile returns them; q0..q3 already scaled by the softmax scale
-    (log2 units), qsums / qmags from query_sums of those.
+    """One tile of N tokens for ROWS query rows. kbytes [N, W] uint8, vwords [N, W/2] uint16 and
+    the metadata [N, NG] as load_tile returns them; qsums / qmags from query_sums.
 
         s[t, h] = sum_g ks[t, g] (raw_g[t, :] . q_g[h, :] - qmag_g[h]) + kz[t, g] qsum_g[h]
         o[c, h] += sum_t raw[t, c] (p vs_g)[t, h] + (sum_t p vz_g)[h] - M_P (sum_t p vs_g)[h]
 
-    The sums over the tile's tokens (l, and the two per group in the bias) are MMAs of a tile of
-    ones with the fp16 operand: they come out broadcast over the accumulators' rows, in their
-    layout (no shuffles), and sum exactly the rounded pg the output's MMA multiplies, so its M_P
-    terms cancel. Returns the updated (m_i, l_t, e0, o0, ..., e3, o3)."""
+    Returns the updated (m_i, l_i, e0, o0, ..., e3, o3)."""
     k_scale = k_scale.to(tl.float32)
     k_zero = k_zero.to(tl.float32)
 
@@ -207,16 +202,17 @@ def int2_tile_folded(m_i, l_t, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, q
                 dg = tl.dot(raw_k_plane(kbytes, P, FAST).to(DOT), tl.trans(qp), dg)
         sT += column(k_scale, g, NG, N)[:, None] * dg + \
             column(k_zero, g, NG, N)[:, None] * column(qsums, g, NG, ROWS)[None, :]
-    sT = tl.where(nmask[:, None], sT, float("-inf"))
+    sT = tl.where(nmask[:, None], sT * qk_scale, float("-inf"))
 
     m_new = tl.maximum(m_i, tl.max(sT, axis=0))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
-    p16 = tl.exp2(sT - m_safe[None, :]).to(DOT)
-    ones = tl.full([W // 2, N], 1.0, DOT)
-    l_t = tl.dot(ones, p16, l_t * alpha[None, :])
+    pT = tl.exp2(sT - m_safe[None, :])
+    l_i = l_i * alpha + tl.sum(pT, axis=0)
 
     # --- P.V, transposed: per group, P scaled by its V scales; per plane, even and odd columns
+    p16 = pT.to(DOT)
+    pzs = tl.trans(tl.dot(tl.trans(v_zero.to(DOT)), p16))             # [ROWS, NG]: sum_t p vz_g
     half = 2 * tl.arange(0, W // 2)                                     # even column of each row
     if G < W:
         e0 = e0 * alpha[None, :]
@@ -229,8 +225,10 @@ def int2_tile_folded(m_i, l_t, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, q
         o3 = o3 * alpha[None, :]
     for g in tl.static_range(NG):
         pg = p16 * column(v_scale, g, NG, N).to(DOT)[:, None]           # [N, ROWS]
-        psum = tl.dot(ones, pg)                                          # sum_t pg, every row
-        pz = tl.dot(ones, p16 * column(v_zero, g, NG, N).to(DOT)[:, None])   # sum_t p vz
+        # M_P * sum_t pg must cancel the dot's M_P terms exactly: sum the *rounded* pg the dot
+        # multiplies (p * vs rounded once gives errors ~ M_P * 2^-11 * pg, as large as a code)
+        psum = tl.sum(pg.to(tl.float32), axis=0)
+        pz = column(pzs, g, NG, ROWS)
         for P in tl.static_range(4):
             if _overlaps(P, g, W, G):
                 bias = pz - psum * magic(P, FAST)
@@ -249,7 +247,7 @@ def int2_tile_folded(m_i, l_t, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, q
                 else:
                     e3 = _pv(e3, ev, pg, alpha, bias, even_in, G, W, DOT)
                     o3 = _pv(o3, od, pg, alpha, bias, odd_in, G, W, DOT)
-    return m_new, l_t, e0, o0, e1, o1, e2, o2, e3, o3
+    return m_new, l_i, e0, o0, e1, o1, e2, o2, e3, o3
 
 
 @triton.jit
@@ -260,32 +258,27 @@ def folded_span(q0, q1, q2, q3, lo, hi, first, table_row, head_off, stride_cb, s
                 TABLE_AHEAD: tl.constexpr):
     """Positions [max(lo, first), hi) of one sequence with the folded tile, N at a time from lo (a
     multiple of N); arguments as common.int2_span's. Returns the folded state (empty_pairs)."""
-    # the softmax scale goes into q once, not into every tile's scores
-    q0 = (q0.to(tl.float32) * qk_scale).to(DOT)
-    q1 = (q1.to(tl.float32) * qk_scale).to(DOT)
-    q2 = (q2.to(tl.float32) * qk_scale).to(DOT)
-    q3 = (q3.to(tl.float32) * qk_scale).to(DOT)
     qsums, qmags = query_sums(q0, q1, q2, q3, ROWS, W, G, NG, FAST)
-    m_i, l_t, e0, o0, e1, o1, e2, o2, e3, o3 = empty_pairs(ROWS, W)
+    m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = empty_pairs(ROWS, W)
     ar = tl.arange(0, N)
     page_next = next_page(table_row, lo, hi, ar, BLOCK_SIZE, N, TABLE_AHEAD)
     for n0 in range(lo, hi, N):
         nmask, page_next, kbytes, vwords, k_scale, k_zero, v_scale, v_zero = load_tile(
             n0, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
             BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, True)
-        m_i, l_t, e0, o0, e1, o1, e2, o2, e3, o3 = int2_tile_folded(
-            m_i, l_t, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qmags,
-            kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
-    return m_i, l_t, e0, o0, e1, o1, e2, o2, e3, o3
+        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = int2_tile_folded(
+            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qmags,
+            kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, ROWS, N, W, G, NG, DOT, FAST)
+    return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3
 
 
 @triton.jit
-def store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_t, e0, o0, e1, o1, e2, o2, e3, o3,
+def store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3,
                         D: tl.constexpr, W: tl.constexpr):
-    """decode.store_partial for the folded state: accumulators [W/2, ROWS] of even / odd columns
-    and the sum tile l_t (rows equal), written interleaved to slot rows `row` [ROWS]."""
-    has_t = l_t > 0
-    inv_l = tl.where(has_t, 1.0 / tl.where(has_t, l_t, 1.0), 0.0)
+    """decode.store_partial for the folded state: accumulators [W/2, ROWS] of even / odd columns,
+    written interleaved to slot rows `row` [ROWS]."""
+    has = l_i > 0
+    inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)[None, :]
     out = part_out_ptr + row[None, :] * D + 2 * tl.arange(0, W // 2)[:, None]
     m = hmask[None, :]
     tl.store(out + 0 * W, e0 * inv_l, mask=m)
@@ -296,7 +289,5 @@ def store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_t, e0, o0
     tl.store(out + 2 * W + 1, o2 * inv_l, mask=m)
     tl.store(out + 3 * W, e3 * inv_l, mask=m)
     tl.store(out + 3 * W + 1, o3 * inv_l, mask=m)
-    l_i = tl.max(l_t, axis=0)
-    has = l_i > 0
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     tl.store(part_lse_ptr + row, lse, mask=hmask)
