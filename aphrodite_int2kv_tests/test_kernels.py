@@ -203,7 +203,7 @@ def test_decode_table_ahead_per_code(D, G, Hq, Hkv, BS, splits):
 @pytest.mark.parametrize("fold,table_ahead", [(True, True), (True, False), (False, False), (False, True)])
 def test_decode_one_page_tiles_over_garbage(fold, table_ahead):
     """Pages of 128 with 64-token tiles, as the engine runs dense models: one block-table entry per
-    tile and the code bytes read unmasked (common.py _int2_tiles). The bytes no token was written
+    tile and the code bytes read unmasked (common.py load_tile). The bytes no token was written
     to are random -- NaN and Inf scales among them -- and must not reach the output; 16 sinks make
     the first split start below its first position (masked), 300 tokens cross pages."""
     D, G, Hq, Hkv, BS = 128, 64, 16, 2, 128

@@ -310,7 +310,7 @@ def main():
                             f"max |diff| {err:.2e})")
                         return round(v_us, 2), round(int2_us / v_us, 3), err
 
-                    if args.fold:   # the folded tile (kernels/common.py int2_tile_folded), same launch
+                    if args.fold:   # the folded tile (kernels/folded.py int2_tile_folded), same launch
                         us, sp, err = variant("folded tile", fold=True)
                         extra.update(int2_fold_us=us, fold_speedup=sp, fold_max_abs_diff=err)
                     if args.table_ahead:   # the split loop with block-table entries a tile ahead, or not

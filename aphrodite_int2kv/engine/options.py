@@ -119,7 +119,7 @@ class Int2Options:
 
     @property
     def fold_decode(self) -> bool:
-        """Whether decode runs the folded tile (kernels/common.py int2_tile_folded): it folds a
+        """Whether decode runs the folded tile (kernels/folded.py int2_tile_folded): it folds a
         uniform grid's scale and zero into the dot products, which Lloyd-Max levels are not."""
         if self.decode_tile == "auto":
             return not self.lloyd_max

@@ -1,5 +1,7 @@
-"""Device helpers shared by the attention kernels: unpacking the planar int2 layout
-(docs/format.md) into dequantized fp16 tiles, and the online-softmax step over one tile.
+"""Device helpers shared by the attention kernels: fetching a tile of slots (load_tile), unpacking
+the planar int2 layout (docs/format.md) into dequantized fp16 tiles (the per-code tile, int2_tile),
+the full-precision window tile and the online-softmax step. The folded tile, decode's default for
+uniform levels, is in folded.py.
 
 A code plane p holds elements [p*W, (p+1)*W) (W = D/4) of each token. Each plane is dequantized
 to a [N, W] tile of level(code) * scale + zero and fed to the tensor cores as-is: plane p of K
