@@ -212,3 +212,28 @@ def test_rotation_file_heads_are_split_across_tensor_parallel_ranks(tmp_path):
     assert select_local_heads(rots[:1], 2, 1, 2).shape[0] == 1
     with pytest.raises(Exception, match="rotation has shape"):
         load_rotation_file(path, D, 3, [0], tp=(0, 2))
+
+
+@pytest.mark.parametrize("D,G,shift", [(128, 64, 16), (128, 128, 16), (64, 32, 16), (64, 64, 16), (256, 256, 16),
+                                       (128, 32, 0), (256, 64, 0), (256, 32, 0)])
+def test_odd_slots_start_their_codes_on_sector_boundaries(D, G, shift):
+    """docs/format.md "odd slots": in a heads-first page, with odd page offsets' slots rotated,
+    every token's K and V code runs touch as few 32-byte sectors as their size allows, and the stored bytes are
+    the logical slot rolled by odd_shift (read back exactly)."""
+    from aphrodite_int2kv.int2.format import rotate_odd_slots
+
+    L = SlotLayout(D, G)
+    assert L.odd_shift == shift
+    def sectors(first, size):
+        return (first + size - 1) // 32 - first // 32 + 1
+
+    for t in range(64):                        # token offset in a page, one head's run
+        start = t * L.slot_bytes + (t % 2) * L.odd_shift
+        for run in (start, start + L.v_codes):  # K codes, V codes: no run straddles a sector more than it must
+            assert sectors(run, L.code_bytes) == -(-L.code_bytes // 32), (t, run)
+    slots = torch.randint(0, 256, (4, 3, L.slot_bytes), dtype=torch.uint8)
+    offsets = torch.tensor([0, 1, 6, 7])
+    stored = rotate_odd_slots(slots, offsets, L)
+    assert torch.equal(stored[0::2], slots[0::2])
+    assert torch.equal(stored[1::2], torch.roll(slots[1::2], shift, -1))
+    assert torch.equal(rotate_odd_slots(stored, offsets, L, stored=False), slots)

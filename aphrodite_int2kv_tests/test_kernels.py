@@ -9,7 +9,7 @@ import torch
 from aphrodite_int2kv.int2 import quantizer as Q
 from aphrodite_int2kv.int2 import reference as R
 from aphrodite_int2kv.int2 import reference as R_  # where a test's own variable is called R
-from aphrodite_int2kv.int2.format import SlotLayout
+from aphrodite_int2kv.int2.format import SlotLayout, rotate_odd_slots
 from aphrodite_int2kv.int2.rotation import hadamard
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
 from aphrodite_int2kv.kernels.prefill import int2_prefill
@@ -48,6 +48,14 @@ def paged_cache(layout, seq_lens, num_kv_heads, block_size, dtype=torch.float32,
 
 # ---------------------------------------------------------------- store
 
+def logical_slots(cache, layout):
+    """[blocks * block_size, H, slot] of the cache's slots in the logical byte order (odd page
+    offsets' slots rotated back, docs/format.md "odd slots"), on the CPU."""
+    nb, bs, h, _ = cache.shape
+    offsets = torch.arange(bs)[None, :, None].expand(nb, bs, h)
+    return rotate_odd_slots(cache.cpu(), offsets, layout, stored=False).reshape(nb * bs, h, -1)
+
+
 @pytest.mark.parametrize("D,G,mode,clip", [(64, 32, "minmax", 1.0), (64, 64, "lloyd", 1.0),
                                            (128, 32, "minmax", 0.9), (128, 128, "lloyd", 1.0),
                                            (256, 32, "minmax", 1.0), (256, 256, "minmax", 0.95),
@@ -66,7 +74,7 @@ def test_store_matches_reference_bytes(D, G, mode, clip, dtype):
     cache = cache.to(DEVICE)
     int2_store(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE), cache, L, clip, 1.0, lloyd, std)
     ref = Q.encode_slots(k, v, L, clip, 1.0, lloyd, std)
-    flat = cache.cpu().view(NB * BS, H, -1)
+    flat = logical_slots(cache, L)
     written = set()
     for i, s in enumerate(slots.tolist()):
         if s < 0:
@@ -109,7 +117,7 @@ def test_store_centers_keys_except_the_sinks(sinks, per_seq):
         cache = torch.zeros(5, BS, H, L.slot_bytes, dtype=torch.uint8, device=DEVICE)
         for centering, only in passes:
             int2_store(k.to(DEVICE), v.to(DEVICE), slots.to(DEVICE), cache, L, centering=centering, only=only)
-        return cache.cpu().view(5 * BS, H, -1)
+        return logical_slots(cache, L)
 
     ref = Q.encode_slots(want, v, L)
     passes = [(cen, 0)] if not sinks else [(Centering(None, positions=pos.to(DEVICE), sinks=sinks), 1), (cen, 2)]

@@ -23,7 +23,7 @@ import torch
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
 from benchmarks.decode_attention import Timer, log, random_int2_cache  # noqa: E402
 from aphrodite_int2kv.int2 import reference as R  # noqa: E402
-from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first  # noqa: E402
+from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first, rotate_odd_slots  # noqa: E402
 from aphrodite_int2kv.kernels import decode as new  # noqa: E402
 
 
@@ -45,6 +45,7 @@ def main():
     args = ap.parse_args()
     sys.path.insert(0, args.baseline_path)
     base = importlib.import_module(f"{args.baseline_module}.kernels.decode")
+    base_fmt = importlib.import_module(f"{args.baseline_module}.int2.format")
     timer = Timer(graph=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     G, BS = 64, 128
@@ -78,8 +79,15 @@ def main():
                     sides += [("hm/" + name, fn, splits, kw) for name, fn, splits, kw in sides[1:]]
                 outs = {}
                 line = []
+                base_pages = cache
+                if not hasattr(base_fmt.SlotLayout, "odd_shift"):   # a baseline before odd slots: logical bytes
+                    offsets = torch.arange(BS, device="cuda")[None, :, None].expand(blocks, BS, Hkv)
+                    base_pages = cache.clone()
+                    base_pages.copy_(rotate_odd_slots(cache, offsets, L, stored=False))
                 for name, fn, splits, kw in sides:
                     pages, want = (hm, ref_hm) if name.startswith("hm/") else (cache, ref)
+                    if name == "base":
+                        pages = base_pages
                     try:
                         got = fn(q, pages, table, short, L, D ** -0.5, splits, **kw)[:2].float()
                         err = (got - want).abs().max().item()

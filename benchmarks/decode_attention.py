@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first  # noqa: E402
+from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first, rotate_odd_slots  # noqa: E402
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, pick_num_splits, tail_slots  # noqa: E402
 
 
@@ -97,13 +97,17 @@ def random_int2_cache(layout, num_blocks, block_size, hkv, heads_first=True):
                           dtype=torch.uint8, device="cuda")
     if heads_first:
         cache = pages_heads_first(cache)
+    stored = cache
+    cache = stored.clone()                # logical slots first, rotated as stored at the end
     meta = cache[..., layout.k_scale:layout.used_bytes].view(torch.float16)
     ng = layout.num_groups
     meta[..., 0 * ng:1 * ng].uniform_(0.05, 0.3)    # K scale
     meta[..., 1 * ng:2 * ng].uniform_(-0.5, -0.2)   # K zero
     meta[..., 2 * ng:3 * ng].uniform_(0.05, 0.3)    # V scale
     meta[..., 3 * ng:4 * ng].uniform_(-0.5, -0.2)   # V zero
-    return cache
+    offsets = torch.arange(block_size, device="cuda")[None, :, None].expand(num_blocks, block_size, hkv)
+    stored.copy_(rotate_odd_slots(cache, offsets, layout))   # odd page offsets rotated (docs/format.md)
+    return stored
 
 
 def bench_bf16_sdpa(timer, q, k, v, scale):

@@ -32,7 +32,8 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
               BLOCK_H=block_h, BLOCK_N=block_n, OFF_V=L.v_codes, OFF_KS=L.k_scale, OFF_KZ=L.k_zero,
               OFF_VS=L.v_scale, OFF_VZ=L.v_zero, LLOYD=bool(lloyd), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3], DOT=tl.float16, FAST=True,
               UPSTREAM_HEAD_MAP=False, FOLD=bool(int(os.environ.get("FOLD", "0"))),
-              TABLE_AHEAD=bool(int(os.environ.get("TABLE_AHEAD", "0"))))
+              TABLE_AHEAD=bool(int(os.environ.get("TABLE_AHEAD", "0"))),
+              ODD_SHIFT=int(os.environ.get("ODD_SHIFT", L.odd_shift)))   # kernel parameter order
     for k in cx: sig[k] = "constexpr"
     src = ASTSource(fn=dec._int2_decode_split_kernel, signature=sig, constexprs={(list(sig).index(k),): v for k, v in cx.items()},
                     attrs={(list(sig).index(k),): [["tt.divisibility", 16]] for k in ("q_ptr","stride_qb","stride_qh","cache_u8","cache_f16","stride_cb","stride_cs","stride_ch","block_table_ptr","seq_lens_ptr","part_out_ptr","part_lse_ptr")})

@@ -106,6 +106,17 @@ class SlotLayout:
     def slot_bytes(self) -> int:
         return -(-self.used_bytes // SLOT_ALIGN) * SLOT_ALIGN
 
+    @property
+    def odd_shift(self) -> int:
+        """Bytes by which the slot of a token at an odd offset in its page is rotated, 0 for none
+        (docs/format.md, "odd slots"). Where a slot is an odd number of 16-byte units (80 B at
+        head_dim 128, G = 64), an odd token's slot starts 16 bytes into a 32-byte sector; rotated
+        by its metadata block (slot - D/2 bytes) it starts with that block, and its K and V codes
+        start on sector boundaries like an even token's: a pair of tokens fills whole sectors."""
+        if self.head_dim % 64 == 0 and self.slot_bytes % 32 == 16:
+            return self.slot_bytes - 2 * self.code_bytes
+        return 0
+
     def bits_per_element(self, padded: bool = True) -> float:
         """Bits per cached K or V element, codes and scale/zero included."""
         return 8 * (self.slot_bytes if padded else self.used_bytes) / (2 * self.head_dim)
@@ -142,3 +153,16 @@ def pages_heads_first(cache: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"int2 KV: the engine handed a cache of shape {tuple(cache.shape)} with strides "
                          f"{tuple(cache.stride())}; expected each page's [block_size, Hkv, slot] bytes contiguous")
     return torch.as_strided(cache, cache.shape, (cache.stride(0), slot, bs * slot, 1), cache.storage_offset())
+
+
+def rotate_odd_slots(slots: torch.Tensor, offsets: torch.Tensor, layout: SlotLayout,
+                     stored: bool = True) -> torch.Tensor:
+    """slots [..., slot_bytes] of tokens at page offsets `offsets` (shape: a prefix of slots'
+    leading dims) between the logical byte order (SlotLayout's offsets) and the stored one
+    (SlotLayout.odd_shift): stored=True turns logical slots into stored ones, False reads stored
+    slots back as logical ones. Even offsets, and layouts without odd_shift, are unchanged."""
+    shift = layout.odd_shift
+    if not shift:
+        return slots
+    odd = (offsets.to(slots.device) % 2 == 1).reshape(tuple(offsets.shape) + (1,) * (slots.dim() - offsets.dim()))
+    return torch.where(odd, torch.roll(slots, shift if stored else -shift, dims=-1), slots)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from aphrodite_int2kv.int2.format import SlotLayout
+from aphrodite_int2kv.int2.format import SlotLayout, rotate_odd_slots
 from aphrodite_int2kv.int2.quantizer import decode_keys, decode_slots
 
 
@@ -32,7 +32,8 @@ def gather_sequence(kv_cache, block_table_row, length: int, layout: SlotLayout, 
     """Dequantized K, V [length, Hkv, D] (rotated basis) of one sequence from the paged cache."""
     bs = kv_cache.shape[1]
     pos = torch.arange(length, device=kv_cache.device)
-    slots = kv_cache[block_table_row[pos // bs].long(), pos % bs]     # [L, Hkv, slot_bytes]
+    slots = rotate_odd_slots(kv_cache[block_table_row[pos // bs].long(), pos % bs], pos % bs, layout,
+                             stored=False)                          # [L, Hkv, slot_bytes]
     return decode_slots(slots, layout, lloyd_max)
 
 
@@ -89,5 +90,7 @@ def sequence_centers_reference(cache, block_table, seq_lens, layout: SlotLayout,
     them -> [B, Hkv, D] fp32; 0 for a sequence with fewer keys."""
     pos = torch.arange(first, device=cache.device)
     pages = block_table[:, pos // cache.shape[1]].long()               # [B, first]
-    k = decode_keys(cache[pages, pos % cache.shape[1]], layout, lloyd_max)   # [B, first, Hkv, D]
+    off = pos % cache.shape[1]
+    k = decode_keys(rotate_odd_slots(cache[pages, off], off.expand(pages.shape), layout, stored=False),
+                    layout, lloyd_max)   # [B, first, Hkv, D]
     return torch.where((seq_lens >= first)[:, None, None], k.mean(1), torch.zeros_like(k[:, 0]))

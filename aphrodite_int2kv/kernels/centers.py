@@ -23,7 +23,7 @@ def _sequence_centers_kernel(
     out_ptr, stride_ob, stride_oh,                          # [B, Hkv, D] fp32
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
     FIRST: tl.constexpr, FIRST_P2: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
-    LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
+    ODD_SHIFT: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
 ):
     W: tl.constexpr = D // 4
     batch = tl.program_id(0)
@@ -34,8 +34,11 @@ def _sequence_centers_kernel(
     page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=valid, other=0)
     slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head * stride_ch
     cols = tl.arange(0, W)
-    kbytes = tl.load(cache_u8 + slot[:, None] + cols[None, :], mask=valid[:, None], other=0).to(tl.int32)
-    meta = cache_f16 + slot[:, None] // 2                      # slots are 16-byte aligned
+    odd = (tok % BLOCK_SIZE) % 2                               # rotated slots (docs/format.md, "odd slots")
+    ODD_META: tl.constexpr = -OFF_KS if ODD_SHIFT > 0 else 0
+    kbytes = tl.load(cache_u8 + (slot + odd * ODD_SHIFT)[:, None] + cols[None, :], mask=valid[:, None],
+                     other=0).to(tl.int32)
+    meta = cache_f16 + (slot + odd * ODD_META)[:, None] // 2   # slots are 16-byte aligned
     for p in tl.static_range(4):                               # plane p: elements [p*W, (p+1)*W)
         code = (kbytes >> (2 * p)) & 3
         if LLOYD:
@@ -69,5 +72,6 @@ def sequence_centers(cache: torch.Tensor, block_table: torch.Tensor, seq_lens: t
         block_table, block_table.stride(0), seq_lens, out, out.stride(0), out.stride(1),
         BLOCK_SIZE=cache.shape[1], D=D, G=layout.group_size, FIRST=first,
         FIRST_P2=triton.next_power_of_2(first), OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
+        ODD_SHIFT=layout.odd_shift,
         LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3], num_warps=4)
     return out

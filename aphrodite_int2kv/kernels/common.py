@@ -128,7 +128,8 @@ def load_meta(meta_f16, nmask, OFF: tl.constexpr, NG: tl.constexpr):
 @triton.jit
 def load_slots(base_u8, base_f16, slot, nmask, W: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr,
                OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-               MASK_CODES: tl.constexpr = True, V_PAIRS: tl.constexpr = False):
+               MASK_CODES: tl.constexpr = True, V_PAIRS: tl.constexpr = False, odd=0,
+               ODD_SHIFT: tl.constexpr = 0):
     """A tile's slots at byte offsets slot [N] from base_u8 (base_f16: the same address as fp16), valid
     where nmask: K and V code bytes [N, W] uint8 and the four metadata tiles [N, NG] fp16 (K scale,
     K zero, V scale, V zero).
@@ -138,12 +139,18 @@ def load_slots(base_u8, base_f16, slot, nmask, W: tl.constexpr, NG: tl.constexpr
     MASK_CODES=False when every slot lies in allocated memory (one valid page per tile): the code
     bytes are then read unmasked -- codes are finite whatever the bytes, and the masked (zero)
     scales and zeros make a masked token's keys and values exactly 0.
-    V_PAIRS: V's codes as [N, W/2] uint16 words (the folded tile's P.V operand, folded.py) instead
-    of [N, W] bytes."""
+    V_PAIRS: V's codes as [W/2, N] uint16 words (the folded tile's P.V operand, folded.py) instead
+    of [N, W] bytes. odd [N] (0/1): the tokens whose slots are rotated by ODD_SHIFT (odd page
+    offsets, docs/format.md "odd slots"): their codes sit ODD_SHIFT bytes later, their metadata
+    block at the slot's start."""
     tl.static_assert(OFF_KZ == OFF_KS + 2 * NG and OFF_VS == OFF_KZ + 2 * NG and OFF_VZ == OFF_VS + 2 * NG)
     N: tl.constexpr = slot.shape[0]
     cols = tl.arange(0, W)
-    meta = base_f16 + slot // 2                       # slots are 16-byte aligned
+    if ODD_SHIFT > 0:
+        meta = base_f16 + (slot - odd * OFF_KS) // 2  # slots are 16-byte aligned
+        slot = slot + odd * ODD_SHIFT                 # the codes
+    else:
+        meta = base_f16 + slot // 2
     if MASK_CODES:
         kbytes = tl.load(base_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
     else:
@@ -360,7 +367,7 @@ def next_page(table_row, lo, end, ar, BLOCK_SIZE: tl.constexpr, N: tl.constexpr,
 def load_tile(n0, page_next, ar, first, end, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
               BLOCK_SIZE: tl.constexpr, N: tl.constexpr, W: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr,
               OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-              TABLE_AHEAD: tl.constexpr, V_PAIRS: tl.constexpr = False):
+              TABLE_AHEAD: tl.constexpr, V_PAIRS: tl.constexpr = False, ODD_SHIFT: tl.constexpr = 0):
     """The tile of positions n0 + ar (ar = arange(N)), valid where first <= position < end: returns
     (nmask, the next tile's page entries (TABLE_AHEAD), and load_slots' six tiles).
     When N divides the page size, the tiles (starting on multiples of N) never cross a page: one
@@ -382,7 +389,7 @@ def load_tile(n0, page_next, ar, first, end, table_row, head_off, stride_cb, str
         base = page.to(tl.int64) * stride_cb + (n0 % BLOCK_SIZE) * stride_cs + head_off
         kbytes, vcodes, k_scale, k_zero, v_scale, v_zero = load_slots(
             cache_u8 + base, cache_f16 + base // 2, ar * stride_cs, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS,
-            OFF_VZ, MASK_CODES=False, V_PAIRS=V_PAIRS)
+            OFF_VZ, MASK_CODES=False, V_PAIRS=V_PAIRS, odd=ar % 2, ODD_SHIFT=ODD_SHIFT)   # tiles start even
     else:                       # a page id per token
         if TABLE_AHEAD:
             page = page_next
@@ -391,7 +398,8 @@ def load_tile(n0, page_next, ar, first, end, table_row, head_off, stride_cb, str
             page = tile_pages(table_row, tok, nmask, BLOCK_SIZE)
         slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head_off
         kbytes, vcodes, k_scale, k_zero, v_scale, v_zero = load_slots(
-            cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, V_PAIRS=V_PAIRS)
+            cache_u8, cache_f16, slot, nmask, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, V_PAIRS=V_PAIRS,
+            odd=(tok % BLOCK_SIZE) % 2, ODD_SHIFT=ODD_SHIFT)
     return nmask, page_next, kbytes, vcodes, k_scale, k_zero, v_scale, v_zero
 
 
@@ -402,7 +410,8 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first,
                 SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
                 L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
-                FAST: tl.constexpr, SINKS: tl.constexpr, TABLE_AHEAD: tl.constexpr = False):
+                FAST: tl.constexpr, SINKS: tl.constexpr, TABLE_AHEAD: tl.constexpr = False,
+                ODD_SHIFT: tl.constexpr = 0):
     """Tiles of int2_tile starting at lo, lo + N, ... below hi (lo a multiple of N); positions
     < first or >= end are masked. TABLE_AHEAD: block-table entries a tile ahead (load_tile;
     decode_launch_config picks it)."""
@@ -411,7 +420,7 @@ def _int2_tiles(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first,
     for n0 in range(lo, hi, N):
         nmask, page_next, kbytes, vbytes, k_scale, k_zero, v_scale, v_zero = load_tile(
             n0, page_next, ar, first, end, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
-            BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD)
+            BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, ODD_SHIFT=ODD_SHIFT)
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_tile(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3,
             kbytes, vbytes, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, n0 + ar, qc,
@@ -426,7 +435,8 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first, t
               SEG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
               OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
               L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr,
-              FAST: tl.constexpr, SINKS: tl.constexpr, TABLE_AHEAD: tl.constexpr = False):
+              FAST: tl.constexpr, SINKS: tl.constexpr, TABLE_AHEAD: tl.constexpr = False,
+              ODD_SHIFT: tl.constexpr = 0):
     """Positions [max(lo, first), hi) of one sequence from the paged int2 cache, N at a time from lo
     (a multiple of N). table_row: the sequence's block-table row (pointer); head_off: the KV head's
     byte offset in a token's row.
@@ -437,11 +447,11 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first, t
         m_i, l_i, acc0, acc1, acc2, acc3 = _int2_tiles(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, sink_hi, first, hi, table_row, head_off,
             stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE, ROWS, N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS, ODD_SHIFT=ODD_SHIFT)
     return _int2_tiles(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, sink_hi, hi, first, hi, table_row, head_off,
         stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, qc, BLOCK_SIZE, ROWS, N, W, G, NG, SEG,
-        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, TABLE_AHEAD)
+        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, TABLE_AHEAD, ODD_SHIFT)
 
 
 @triton.jit

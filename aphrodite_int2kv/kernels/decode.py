@@ -64,6 +64,7 @@ def _int2_decode_split_kernel(
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
     FOLD: tl.constexpr = False,                  # the folded tile (folded.py): uniform levels
     TABLE_AHEAD: tl.constexpr = False,           # block-table entries a tile ahead (common.py)
+    ODD_SHIFT: tl.constexpr = 0,                 # SlotLayout.odd_shift (docs/format.md, "odd slots")
 ):
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
@@ -100,14 +101,14 @@ def _int2_decode_split_kernel(
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = folded_span(
             q0, q1, q2, q3, start, end, lo, table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8,
             cache_f16, qk_scale, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD)
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
         store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, D, W)
     else:
         m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_H, W)
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end, lo, table_row, kv_head * stride_ch,
             stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, l_i, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, TABLE_AHEAD)
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, TABLE_AHEAD, ODD_SHIFT)
         store_partial(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
 
 
@@ -128,6 +129,7 @@ def _int2_decode_tail_kernel(
     OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
     DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr, WBS: tl.constexpr,
+    ODD_SHIFT: tl.constexpr = 0,
 ):
     """The *tail*: the positions the split launch leaves out, a few dozen per sequence. Grid
     (batch, num_kv_heads * TILES, window programs [+ 1]): window program w reads the recent-window
@@ -156,7 +158,7 @@ def _int2_decode_tail_kernel(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.minimum(head_len, int2_len), 0,
             block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
             qk_scale, qc, BLOCK_SIZE, BLOCK_H, TAIL_N, W, G, NG, SEG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS, ODD_SHIFT=ODD_SHIFT)
     else:
         # the last window program takes whatever is left (robust to any R / TAIL_N)
         lo = int2_len + tail * TAIL_N
@@ -388,7 +390,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     lv = LLOYD_MAX_LEVELS
     levels = dict(LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3])
     offsets = dict(OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
-                   OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero)
+                   OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero, ODD_SHIFT=layout.odd_shift)
     window_len = int(window[3]) if window else 0
     cache_args = (kv_cache, kv_cache.view(torch.float16), kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
                   block_table, block_table.stride(0))

@@ -40,6 +40,7 @@ def _int2_prefill_kernel(
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
     DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr,
     WINDOW: tl.constexpr = 0, WBS: tl.constexpr = 16,
+    ODD_SHIFT: tl.constexpr = 0,                 # SlotLayout.odd_shift (docs/format.md, "odd slots")
 ):
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
@@ -81,7 +82,7 @@ def _int2_prefill_kernel(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, win_start, 0,
         block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
         qk_scale, qc, BLOCK_SIZE, BLOCK_M, BLOCK_N, W, G, NG, SEG,
-        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS)
+        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, SINKS, ODD_SHIFT=ODD_SHIFT)
     if WINDOW > 0:
         m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, win_start, prefix_len,
@@ -151,7 +152,7 @@ def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, se
         BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size, RATIO=Hq // Hkv,
         BLOCK_M=block_m, BLOCK_N=block_n,
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
-        OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero,
+        OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero, ODD_SHIFT=layout.odd_shift,
         LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
         DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), SINKS=int(sinks), WINDOW=int(window[3]) if window else 0,
         WBS=window[0].shape[1] if window else 16, num_warps=4,

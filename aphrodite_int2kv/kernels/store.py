@@ -133,7 +133,7 @@ def _int2_store_kernel(
     K_CLIP: tl.constexpr, V_CLIP: tl.constexpr, LLOYD: tl.constexpr,
     T0: tl.constexpr, T1: tl.constexpr, T2: tl.constexpr,
     OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
-    OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
+    OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, ODD_SHIFT: tl.constexpr,
     STD: tl.constexpr = False, STEP: tl.constexpr = 0.9957,
     CENTER: tl.constexpr = False, SINKS: tl.constexpr = 0, PER_SEQ: tl.constexpr = False,
     ONLY: tl.constexpr = 0,             # with SINKS: 1 = write the sink positions only, 2 = the others only
@@ -150,6 +150,10 @@ def _int2_store_kernel(
     block = slot // BLOCK_SIZE
     offset = slot % BLOCK_SIZE
     base = block * stride_cb + offset * stride_cs + head * stride_ch   # bytes; even (16-aligned slots)
+    # a token at an odd page offset: its slot rotated by ODD_SHIFT (docs/format.md, "odd slots")
+    ODD_META: tl.constexpr = -OFF_KS if ODD_SHIFT > 0 else 0   # the metadata block moves to the front
+    codes_at = base + (offset % 2) * ODD_SHIFT
+    meta_at = base + (offset % 2) * ODD_META
 
     W: tl.constexpr = D // 4
     rows = tl.arange(0, NG)[:, None] * G + tl.arange(0, G)[None, :]    # element index, [NG, G]
@@ -160,15 +164,15 @@ def _int2_store_kernel(
     if CENTER:
         k = _centered_key(k, token, head, rows, cen_ptr, stride_cenb, stride_cenh, req_ptr, pos_ptr, SINKS, PER_SEQ)
     codes, scale, zero = _quantize_group_rows(k, K_CLIP, LLOYD, G, T0, T1, T2, STD, STEP)
-    tl.store(cache_u8 + base + bytes_w, _pack_planar(codes, D, W))
-    tl.store(cache_f16 + (base + OFF_KS) // 2 + groups, scale)
-    tl.store(cache_f16 + (base + OFF_KZ) // 2 + groups, zero)
+    tl.store(cache_u8 + codes_at + bytes_w, _pack_planar(codes, D, W))
+    tl.store(cache_f16 + (meta_at + OFF_KS) // 2 + groups, scale)
+    tl.store(cache_f16 + (meta_at + OFF_KZ) // 2 + groups, zero)
 
     v = tl.load(v_ptr + token * stride_vt + head * stride_vh + rows).to(tl.float32)
     codes, scale, zero = _quantize_group_rows(v, V_CLIP, LLOYD, G, T0, T1, T2, STD, STEP)
-    tl.store(cache_u8 + base + OFF_V + bytes_w, _pack_planar(codes, D, W))
-    tl.store(cache_f16 + (base + OFF_VS) // 2 + groups, scale)
-    tl.store(cache_f16 + (base + OFF_VZ) // 2 + groups, zero)
+    tl.store(cache_u8 + codes_at + OFF_V + bytes_w, _pack_planar(codes, D, W))
+    tl.store(cache_f16 + (meta_at + OFF_VS) // 2 + groups, scale)
+    tl.store(cache_f16 + (meta_at + OFF_VZ) // 2 + groups, zero)
 
 
 def int2_store(k_rot: torch.Tensor, v_rot: torch.Tensor, slot_mapping: torch.Tensor,
@@ -202,7 +206,7 @@ def int2_store(k_rot: torch.Tensor, v_rot: torch.Tensor, slot_mapping: torch.Ten
         K_CLIP=float(k_clip), V_CLIP=float(v_clip), LLOYD=bool(lloyd_max),
         T0=th[0], T1=th[1], T2=th[2],
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
-        OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero, STD=bool(std_range), STEP=STD_STEP,
+        OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero, ODD_SHIFT=layout.odd_shift, STD=bool(std_range), STEP=STD_STEP,
         **Centering.flags(centering), ONLY=int(only),
     )
 
