@@ -14,14 +14,13 @@ CUDA-graph replays, L2 flushed before each call, median of --iters (decode_atten
 """
 import argparse
 import importlib
-import json
 import math
 import sys
 
 import torch
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-from benchmarks.decode_attention import Timer, log, random_int2_cache  # noqa: E402
+from benchmarks.decode_attention import Timer, log, random_int2_cache, write_sweep  # noqa: E402
 from aphrodite_int2kv.int2 import reference as R  # noqa: E402
 from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first, rotate_odd_slots  # noqa: E402
 from aphrodite_int2kv.kernels import decode as new  # noqa: E402
@@ -112,8 +111,7 @@ def main():
                     f" | new/base {rows[-len(sides) + 1]['int2_us'] / b_us:.3f}, best {best['side']} {best['int2_us'] / b_us:.3f}")
                 del cache
                 torch.cuda.empty_cache()
-    json.dump({"command": " ".join(sys.argv), "gpu": torch.cuda.get_device_name(0), "rows": rows},
-              open(args.out, "w"), indent=1)
+    write_sweep(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,12 @@ def log(*a):
     print(*a, flush=True)
 
 
+def write_sweep(path, rows):
+    """A sweep's rows with the command line and the GPU (decode_tune.py, decode_ab.py)."""
+    with open(path, "w") as f:
+        json.dump({"command": " ".join(sys.argv), "gpu": torch.cuda.get_device_name(0), "rows": rows}, f, indent=1)
+
+
 class Timer:
     """Median GPU time of fn. With `graph` (--graph), fn is captured once in a CUDA graph and the
     graph replayed, as the engine replays decode: the Python/Triton launch cost of the host (tens

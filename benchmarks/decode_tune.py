@@ -9,14 +9,13 @@ cap. Every variant is first checked against the torch reference on short sequenc
   python3 benchmarks/decode_tune.py --fold --table-ahead --variants 64/1/4,128/2/3 --per-sm 8,16
 """
 import argparse
-import json
 import math
 import sys
 
 import torch
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-from benchmarks.decode_attention import Timer, log, random_int2_cache  # noqa: E402
+from benchmarks.decode_attention import Timer, log, random_int2_cache, write_sweep  # noqa: E402
 from aphrodite_int2kv.int2 import reference as R  # noqa: E402
 from aphrodite_int2kv.int2.format import SlotLayout  # noqa: E402
 from aphrodite_int2kv.kernels.decode import block_h_for, int2_decode  # noqa: E402
@@ -88,8 +87,7 @@ def main():
             f"{best['num_stages']}/{best['maxnreg']} {best['int2_us']} us")
         del cache
         torch.cuda.empty_cache()
-    json.dump({"command": " ".join(sys.argv), "gpu": torch.cuda.get_device_name(0), "rows": rows},
-              open(args.out, "w"), indent=1)
+    write_sweep(args.out, rows)
 
 
 if __name__ == "__main__":
