@@ -378,6 +378,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         # 0.21-0.23 hand the cache as [blocks, block_size, kv_heads, slot], which we read heads
         # first; 0.24 hands the logical [blocks, kv_heads, block_size, slot] view (_cache_view).
         self._heads_first = not shape_based_kv_api()
+        self._cache_memo = None     # (engine tensor, its view): _cache_view
 
     # -- rotations and K centering ----------------------------------------------------------
     def _rotations(self, layer, device):
@@ -534,7 +535,11 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         (docs/format.md). 0.24 lays pages out itself: with the LBHNC layout we ask for, its logical
         [blocks, kv_heads, block_size, slot] view is heads first already (with LBNHC, imposed by
         another backend, the kernels read the token-major pages through the same strides)."""
-        return kv_cache.transpose(1, 2) if self._heads_first else pages_heads_first(kv_cache)
+        memo = self._cache_memo     # the engine hands each layer the same tensor every step
+        if memo is None or memo[0] is not kv_cache:
+            view = kv_cache.transpose(1, 2) if self._heads_first else pages_heads_first(kv_cache)
+            self._cache_memo = memo = (kv_cache, view)
+        return memo[1]
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None,
                 output_scale=None, output_block_scale=None):

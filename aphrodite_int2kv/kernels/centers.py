@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
+from aphrodite_int2kv.kernels.common import slot_parts
 
 
 @triton.jit(do_not_specialize_on_alignment=["block_table_ptr", "seq_lens_ptr"])
@@ -34,11 +35,9 @@ def _sequence_centers_kernel(
     page = tl.load(block_table_ptr + batch * stride_bt + tok // BLOCK_SIZE, mask=valid, other=0)
     slot = page.to(tl.int64) * stride_cb + (tok % BLOCK_SIZE) * stride_cs + head * stride_ch
     cols = tl.arange(0, W)
-    odd = (tok % BLOCK_SIZE) % 2                               # rotated slots (docs/format.md, "odd slots")
-    ODD_META: tl.constexpr = -OFF_KS if ODD_SHIFT > 0 else 0
-    kbytes = tl.load(cache_u8 + (slot + odd * ODD_SHIFT)[:, None] + cols[None, :], mask=valid[:, None],
-                     other=0).to(tl.int32)
-    meta = cache_f16 + (slot + odd * ODD_META)[:, None] // 2   # slots are 16-byte aligned
+    codes_at, meta_at = slot_parts(slot, (tok % BLOCK_SIZE) % 2, OFF_KS, ODD_SHIFT)   # odd slots rotated
+    kbytes = tl.load(cache_u8 + codes_at[:, None] + cols[None, :], mask=valid[:, None], other=0).to(tl.int32)
+    meta = cache_f16 + meta_at[:, None] // 2                   # slots are 16-byte aligned
     for p in tl.static_range(4):                               # plane p: elements [p*W, (p+1)*W)
         code = (kbytes >> (2 * p)) & 3
         if LLOYD:

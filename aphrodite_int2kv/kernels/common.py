@@ -78,9 +78,15 @@ def _lloyd_cubic(levels):
     return (y0, d1[0] - d2[0] + 2 * d3, d2[0] - 3 * d3, d3)
 
 
-def _plane_asm(p: int, lloyd_levels=None) -> str:
+def magic_bits(p: int) -> dict:
+    """PTX immediates of plane p's unpack (shared by the per-code and folded tiles): the mask of
+    its two bits in both 16-bit halves, and M_p = 2**(10 - 2p) as an fp16 pair."""
     half = 0x6400 - (p << 11)            # fp16 bits of 2**(10 - 2p): 1024, 256, 64, 16
-    fmt = dict(mask=hex((0x00030003 << (2 * p)) & 0xFFFFFFFF), magic=hex(half | (half << 16)))
+    return dict(mask=hex((0x00030003 << (2 * p)) & 0xFFFFFFFF), magic=hex(half | (half << 16)))
+
+
+def _plane_asm(p: int, lloyd_levels=None) -> str:
+    fmt = magic_bits(p)
     if lloyd_levels is None:
         return _PLANE_ASM.format(**fmt)
     c = _lloyd_cubic(lloyd_levels)
@@ -118,6 +124,18 @@ def column(tile, g: tl.constexpr, NG: tl.constexpr, N: tl.constexpr):
 
 
 @triton.jit
+def slot_parts(slot, odd, OFF_KS: tl.constexpr, ODD_SHIFT: tl.constexpr):
+    """Byte offsets (codes, metadata) of slots at byte offsets `slot` whose page offsets are odd
+    where odd = 1: their slot is stored rotated by ODD_SHIFT (docs/format.md, "odd slots"), the
+    codes ODD_SHIFT bytes later and the metadata block (normally at OFF_KS) at the slot's start.
+    The one place the store, the loads and the centering kernel take the rotation from."""
+    if ODD_SHIFT > 0:
+        return slot + odd * ODD_SHIFT, slot - odd * OFF_KS
+    else:
+        return slot, slot
+
+
+@triton.jit
 def load_meta(meta_f16, nmask, OFF: tl.constexpr, NG: tl.constexpr):
     """The NG fp16 values at byte offset OFF of each token's slot -> fp16 [N, NG] (one vector
     load per token instead of NG scattered ones)."""
@@ -146,11 +164,8 @@ def load_slots(base_u8, base_f16, slot, nmask, W: tl.constexpr, NG: tl.constexpr
     tl.static_assert(OFF_KZ == OFF_KS + 2 * NG and OFF_VS == OFF_KZ + 2 * NG and OFF_VZ == OFF_VS + 2 * NG)
     N: tl.constexpr = slot.shape[0]
     cols = tl.arange(0, W)
-    if ODD_SHIFT > 0:
-        meta = base_f16 + (slot - odd * OFF_KS) // 2  # slots are 16-byte aligned
-        slot = slot + odd * ODD_SHIFT                 # the codes
-    else:
-        meta = base_f16 + slot // 2
+    slot, meta_at = slot_parts(slot, odd, OFF_KS, ODD_SHIFT)
+    meta = base_f16 + meta_at // 2                    # slots are 16-byte aligned
     if MASK_CODES:
         kbytes = tl.load(base_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
     else:

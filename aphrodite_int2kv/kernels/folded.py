@@ -23,12 +23,7 @@ Under TRITON_INTERPRET (no inline assembly) the codes come from shifts and masks
 import triton
 import triton.language as tl
 
-from aphrodite_int2kv.kernels.common import column, load_tile, next_page
-
-
-def _magic_bits(p: int) -> tuple[str, str]:
-    half = 0x6400 - (p << 11)            # fp16 bits of 2**(10 - 2p): 1024, 256, 64, 16
-    return hex((0x00030003 << (2 * p)) & 0xFFFFFFFF), hex(half | (half << 16))
+from aphrodite_int2kv.kernels.common import column, load_tile, magic_bits, next_page
 
 
 # K: 4 code bytes of one token (columns j..j+3) -> two fp16 pairs (j, j+1), (j+2, j+3).
@@ -40,8 +35,7 @@ _V_ASM = "{{\n.reg .b32 w;\nprmt.b32 w, $1, 0, {sel};\nlop3.b32 $0, w, {mask}, {
 
 
 def _asm(template: str, p: int, sel: str = "") -> str:
-    mask, magic_ = _magic_bits(p)
-    return template.format(mask=mask, magic=magic_, sel=sel)
+    return template.format(**magic_bits(p), sel=sel)
 
 
 K_ASM_0 = tl.constexpr(_asm(_K_ASM, 0))

@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_THRESHOLDS, STD_STEP, SlotLayout
+from aphrodite_int2kv.kernels.common import slot_parts
 
 FP16_MAX = tl.constexpr(65504.0)  # a constexpr: kernels may only read constexpr globals
 
@@ -151,9 +152,7 @@ def _int2_store_kernel(
     offset = slot % BLOCK_SIZE
     base = block * stride_cb + offset * stride_cs + head * stride_ch   # bytes; even (16-aligned slots)
     # a token at an odd page offset: its slot rotated by ODD_SHIFT (docs/format.md, "odd slots")
-    ODD_META: tl.constexpr = -OFF_KS if ODD_SHIFT > 0 else 0   # the metadata block moves to the front
-    codes_at = base + (offset % 2) * ODD_SHIFT
-    meta_at = base + (offset % 2) * ODD_META
+    codes_at, meta_at = slot_parts(base, offset % 2, OFF_KS, ODD_SHIFT)
 
     W: tl.constexpr = D // 4
     rows = tl.arange(0, NG)[:, None] * G + tl.arange(0, G)[None, :]    # element index, [NG, G]
