@@ -11,7 +11,7 @@ from aphrodite_int2kv.int2 import reference as R
 from aphrodite_int2kv.int2 import reference as R_  # where a test's own variable is called R
 from aphrodite_int2kv.int2.format import SlotLayout, rotate_odd_slots
 from aphrodite_int2kv.int2.rotation import hadamard
-from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
+from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, tail_slots
 from aphrodite_int2kv.kernels.prefill import int2_prefill
 from aphrodite_int2kv.kernels.store import int2_store
 from aphrodite_int2kv_tests.conftest import DEVICE
@@ -625,6 +625,39 @@ def test_decode_with_sinks_and_window_together(S, R, splits):
     assert (no_sinks.float() - out.float())[[0, 3]].abs().max() > 10 * ATOL
     no_window = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, k_center=c, sinks=S)
     assert (no_window.float() - out.float()).abs().max() > 0.05
+
+
+@pytest.mark.parametrize("fold", [True, False])
+def test_decode_merges_only_the_splits_that_had_tiles(fold):
+    """Tiles are dealt evenly over the splits (split_tiles), a split without tiles writes no partial
+    result and the merge reads only the first min(tiles, splits) split slots and the tail's. The
+    workspace starts as NaN, so a slot merged but never written shows; 12 splits of 16-token tiles
+    over sequences of 0 to 13 tiles (with 5 sinks and a window of 20: the tail's slots after them)."""
+    D, Hq, Hkv, S, R, splits = 128, 8, 2, 5, 20, 12
+    L = SlotLayout(D, 64)
+    seq_lens = [S + R + 200, 3, 0, S + R + 17, 250, S + R + 16 * 12 - 3]
+    cache, bt, written = paged_cache(L, seq_lens, Hkv, 16)
+    k_win, v_win, wbt = window_cache(written, Hkv, D, 7)
+    c = 3.0 * torch.randn(Hkv, D, device=DEVICE)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    slots = splits + tail_slots(S, R)
+    ws = (torch.full((len(seq_lens) * Hq * slots * D,), float("nan"), device=DEVICE),
+          torch.full((len(seq_lens) * Hq * slots,), float("nan"), device=DEVICE))
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, k_center=c, sinks=S, window=(k_win, v_win, wbt, R),
+                      workspace=ws, fold=fold, block_n=16)
+    assert torch.isfinite(out).all() and (out[2] == 0).all()
+    for b, n in enumerate(seq_lens):
+        if n:
+            kq, vq = R_.gather_sequence(cache, bt[b], n, L)
+            cut = max(0, n - R)
+            k = R_._center_sinks(torch.cat([kq[:cut], written[b][0][cut:].to(torch.bfloat16).float()]), S, c)
+            v = torch.cat([vq[:cut], written[b][1][cut:].to(torch.bfloat16).float()])
+            ref = R_.attend(q[b:b + 1], k, v, D ** -0.5)
+            torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
+    # the split slots of sequence 1 (3 tokens, all sinks and window) and 2 (empty) stay unwritten
+    lse = ws[1].view(len(seq_lens), Hq, slots)
+    assert torch.isnan(lse[1:3, :, :splits]).all() and not torch.isnan(lse[0, :, :splits]).any()
 
 
 @pytest.mark.parametrize("R,S", [(1, 0), (2, 0), (33, 0), (300, 0), (33, 7), (2, 7)])
