@@ -11,7 +11,7 @@ from aphrodite_int2kv.int2 import reference as R
 from aphrodite_int2kv.int2 import reference as R_  # where a test's own variable is called R
 from aphrodite_int2kv.int2.format import SlotLayout, rotate_odd_slots
 from aphrodite_int2kv.int2.rotation import hadamard
-from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, tail_slots
+from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, partial_slots
 from aphrodite_int2kv.kernels.prefill import int2_prefill
 from aphrodite_int2kv.kernels.store import int2_store
 from aphrodite_int2kv_tests.conftest import DEVICE
@@ -627,13 +627,25 @@ def test_decode_with_sinks_and_window_together(S, R, splits):
     assert (no_window.float() - out.float()).abs().max() > 0.05
 
 
-@pytest.mark.parametrize("fold", [True, False])
-def test_decode_merges_only_the_splits_that_had_tiles(fold):
-    """Tiles are dealt evenly over the splits (split_tiles), a split without tiles writes no partial
-    result and the merge reads only the first min(tiles, splits) split slots and the tail's. The
-    workspace starts as NaN, so a slot merged but never written shows; 12 splits of 16-token tiles
-    over sequences of 0 to 13 tiles (with 5 sinks and a window of 20: the tail's slots after them)."""
-    D, Hq, Hkv, S, R, splits = 128, 8, 2, 5, 20, 12
+def split_shares(tiles: list[int], programs: int) -> set[tuple[int, int]]:
+    """The (program, sequence) pairs of the balanced split launch (decode.py stage 1), in plain
+    Python: the batch's tiles concatenated, program p taking tiles [p * T // P, (p + 1) * T // P)."""
+    T, pairs, ends = sum(tiles), set(), [sum(tiles[:b + 1]) for b in range(len(tiles))]
+    for p in range(programs):
+        t0, t1 = p * T // programs, (p + 1) * T // programs
+        pairs |= {(p, b) for b in range(len(tiles)) if t1 > t0 and tiles[b] and ends[b] - tiles[b] < t1 and ends[b] > t0}
+    return pairs
+
+
+@pytest.mark.parametrize("fold,splits", [(True, 3), (False, 3), (True, 12)])
+def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits):
+    """The batch's int2 tiles are dealt evenly to num_splits * B programs per head tile, a share
+    crossing sequences writing one partial result for each (program p's for sequence b at slot
+    p + b); the merge reads those slots and the tail's only. The workspace starts as NaN, so a slot
+    merged but never written shows. Sequences of 0 to 15 tiles of 16 positions, two without int2
+    tiles (all sinks and window), with 5 sinks and a window of 20; 3 programs per sequence (18 for
+    43 tiles) or 12 (72: programs without tiles between those with one)."""
+    D, Hq, Hkv, S, R = 128, 8, 2, 5, 20
     L = SlotLayout(D, 64)
     seq_lens = [S + R + 200, 3, 0, S + R + 17, 250, S + R + 16 * 12 - 3]
     cache, bt, written = paged_cache(L, seq_lens, Hkv, 16)
@@ -641,9 +653,9 @@ def test_decode_merges_only_the_splits_that_had_tiles(fold):
     c = 3.0 * torch.randn(Hkv, D, device=DEVICE)
     q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
     sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    slots = splits + tail_slots(S, R)
-    ws = (torch.full((len(seq_lens) * Hq * slots * D,), float("nan"), device=DEVICE),
-          torch.full((len(seq_lens) * Hq * slots,), float("nan"), device=DEVICE))
+    B, slots = len(seq_lens), partial_slots(splits, S, R)
+    ws = (torch.full((B * Hq * slots * D,), float("nan"), device=DEVICE),
+          torch.full((B * Hq * slots,), float("nan"), device=DEVICE))
     out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, k_center=c, sinks=S, window=(k_win, v_win, wbt, R),
                       workspace=ws, fold=fold, block_n=16)
     assert torch.isfinite(out).all() and (out[2] == 0).all()
@@ -655,9 +667,12 @@ def test_decode_merges_only_the_splits_that_had_tiles(fold):
             v = torch.cat([vq[:cut], written[b][1][cut:].to(torch.bfloat16).float()])
             ref = R_.attend(q[b:b + 1], k, v, D ** -0.5)
             torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
-    # the split slots of sequence 1 (3 tokens, all sinks and window) and 2 (empty) stay unwritten
-    lse = ws[1].view(len(seq_lens), Hq, slots)
-    assert torch.isnan(lse[1:3, :, :splits]).all() and not torch.isnan(lse[0, :, :splits]).any()
+    # the split slots written are exactly the balanced shares' (tiles from position 0: 5 sinks < 16)
+    tiles = [-(-max(n - R, 0) // 16) for n in seq_lens]
+    assert tiles == [13, 0, 0, 2, 15, 13]
+    P = splits * B
+    written_slots = (~torch.isnan(ws[1].view(Hq, B * slots)[0, :P + B])).nonzero().flatten().tolist()
+    assert written_slots == sorted(p + b for p, b in split_shares(tiles, P))
 
 
 @pytest.mark.parametrize("R,S", [(1, 0), (2, 0), (33, 0), (300, 0), (33, 7), (2, 7)])

@@ -39,6 +39,8 @@ def main():
                     help="also time the new side on the same pages read heads first (pages_heads_first)")
     ap.add_argument("--heads-first", action="store_true",
                     help="both sides on pages read heads first (the engine's since session 11), not token-major")
+    ap.add_argument("--ragged", action="store_true",
+                    help="sequence lengths spread evenly from S/8 to 15S/8 (mean S, shuffled) instead of all S")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default="decode_ab.json")
     args = ap.parse_args()
@@ -54,10 +56,18 @@ def main():
         L = SlotLayout(D, G)
         for S in map(int, args.contexts.split(",")):
             for B in map(int, args.batches.split(",")):
-                blocks = B * math.ceil(S / BS)
+                lens = [S] * B
+                if args.ragged and B > 1:
+                    g = torch.Generator().manual_seed(B)
+                    lens = [round(S * (1 + 7 * (2 * i / (B - 1) - 1) / 8)) for i in torch.randperm(B, generator=g)]
+                need = [math.ceil(n / BS) for n in lens]
+                blocks = sum(need)
                 cache = random_int2_cache(L, blocks, BS, Hkv, heads_first=args.heads_first)
-                table = torch.randperm(blocks, device="cuda").int().view(B, -1)
-                seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
+                pages = torch.randperm(blocks, device="cuda").int()
+                table = torch.zeros(B, max(need), dtype=torch.int32, device="cuda")
+                for b, k in enumerate(need):
+                    table[b, :k] = pages[sum(need[:b]):sum(need[:b]) + k]
+                seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
                 short = torch.full((B,), 3000, dtype=torch.int32, device="cuda")
                 q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
                 ref = R.decode_reference(q[:2].float(), cache, table[:2], short[:2], L, D ** -0.5)
@@ -100,7 +110,7 @@ def main():
                         us, err = float("nan"), float("nan")
                     diff = (outs[name] - outs["base"]).abs().max().item() \
                         if name in outs and "base" in outs and not name.startswith("hm/") else None
-                    rows.append(dict(num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, context_len=S, batch=B,
+                    rows.append(dict(num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, context_len=S, batch=B, ragged=args.ragged,
                                      group_size=G, block_size=BS, side=name, num_splits=splits,
                                      launch={k: v for k, v in kw.items()}, int2_us=round(us, 2),
                                      ref_err=err, max_diff_vs_base=diff))

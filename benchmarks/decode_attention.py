@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
 from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first, rotate_odd_slots  # noqa: E402
-from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, pick_num_splits, tail_slots  # noqa: E402
+from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, partial_slots, pick_num_splits  # noqa: E402
 
 
 def log(*a):
@@ -292,7 +292,7 @@ def main():
                         return dict(decode_launch_config(B, Hkv, Hq // Hkv, D, props.multi_processor_count,
                                                          fold=folded).kwargs(), **kw)
                     out = torch.empty_like(q)
-                    slots = splits + tail_slots(args.sinks, args.window)    # room for the tail's partials
+                    slots = partial_slots(splits, args.sinks, args.window)    # room for every partial result
                     ws = (torch.empty(B * Hq * slots * D, device="cuda"), torch.empty(B * Hq * slots, device="cuda"))
                     fn = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                              workspace=ws, **launch(fold=main_fold))

@@ -27,7 +27,7 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
     L = SlotLayout(D, G); lv = LLOYD_MAX_LEVELS
     sig = {"q_ptr": "*bf16", "stride_qb": "i32", "stride_qh": "i32", "cache_u8": "*u8", "cache_f16": "*fp16",
            "stride_cb": "i64", "stride_cs": "i32", "stride_ch": "i32", "block_table_ptr": "*i32", "stride_bt": "i32",
-           "seq_lens_ptr": "*i32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "qk_scale": "fp32", "num_splits": "i32", "total_splits": "i32", "head_len": "i32", "window_len": "i32"}
+           "seq_lens_ptr": "*i32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "qk_scale": "fp32", "num_programs": "i32", "num_slots": "i32", "batch_size": "i32", "head_len": "i32", "window_len": "i32"}
     cx = dict(BLOCK_SIZE=block_size, D=D, G=G, RATIO=ratio, TILES=triton.cdiv(ratio, block_h), NUM_Q_HEADS=32,
               BLOCK_H=block_h, BLOCK_N=block_n, OFF_V=L.v_codes, OFF_KS=L.k_scale, OFF_KZ=L.k_zero,
               OFF_VS=L.v_scale, OFF_VZ=L.v_zero, LLOYD=bool(lloyd), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3], DOT=tl.float16, FAST=True,

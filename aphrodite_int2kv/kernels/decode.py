@@ -1,8 +1,11 @@
 """Split-KV paged decode over the int2 cache, grouped for GQA.
 
-Stage 1 (`_int2_decode_split_kernel`), grid (batch, num_kv_heads * TILES, NUM_SPLITS): one program
-reads one KV head's tokens of one split once, for a tile of BLOCK_H query heads *of that KV
-head's group*. Head mapping, valid for every ratio of query to KV heads:
+Stage 1 (`_int2_decode_split_kernel`), grid (num_programs, num_kv_heads * TILES): the batch's int2
+tiles (BLOCK_N positions of one sequence), concatenated in batch order, are dealt evenly to the
+num_programs programs of each head tile, so every program reads the same number of tiles (+-1)
+whatever the mix of sequence lengths; a share that crosses from one sequence into the next writes
+one partial result for each. A program reads its KV head's tokens once, for a tile of BLOCK_H
+query heads *of that KV head's group*. Head mapping, valid for every ratio of query to KV heads:
 
     kv_head  = pid1 // TILES                  TILES = cdiv(RATIO, BLOCK_H)
     in_group = (pid1 % TILES) * BLOCK_H + arange(BLOCK_H)
@@ -15,8 +18,8 @@ The tail (`_int2_decode_tail_kernel`), same head mapping: the positions stage 1 
 recent window in full precision and the uncentered K-centering sinks, in short programs of their
 own (stage 1 reads int2 positions [sinks, L - R) only, so it carries neither's code nor latency).
 
-Stage 2 (`_int2_decode_merge_kernel`), grid (batch, num_q_heads): log-sum-exp merge of the splits'
-and the tail's partial results. Queries come in, and outputs go out, in the rotated basis (the caller rotates).
+Stage 2 (`_int2_decode_merge_kernel`), grid (batch, num_q_heads): log-sum-exp merge of the split
+programs' and the tail's partial results for the sequence. Queries come in, and outputs go out, in the rotated basis (the caller rotates).
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ from aphrodite_int2kv.kernels.folded import folded_span, store_partial_pairs
 # 1 or a multiple of 16, i.e. at the first decode of some batch size, which in the engine is often a
 # mixed prefill + decode step that no CUDA-graph capture warmed up (session 6: a 2-3 s stall in the
 # first decode pass after start-up, benchmarks/results/session6/e2e_dense8b_int2_new.jsonl).
-_RUNTIME_INTS = ["num_splits", "total_splits", "head_len", "window_len"]
+_RUNTIME_INTS = ["num_programs", "num_slots", "batch_size", "tail_base", "head_len", "window_len"]
 
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
@@ -50,9 +53,9 @@ def _int2_decode_split_kernel(
     stride_cb, stride_cs, stride_ch,             # uint8 strides of [blocks, block_size, Hkv, slot]
     block_table_ptr, stride_bt,                  # [B, max_blocks] int32
     seq_lens_ptr,                                # [B] int32
-    part_out_ptr, part_lse_ptr,                  # [B, Hq, NUM_SPLITS, D] fp32, [B, Hq, NUM_SPLITS] fp32
+    part_out_ptr, part_lse_ptr,                  # [Hq, num_slots, D] fp32, [Hq, num_slots] fp32
     qk_scale,                                    # softmax scale * log2(e)
-    num_splits, total_splits,                    # runtime: one compiled kernel serves every split count
+    num_programs, num_slots, batch_size,         # runtime: one compiled kernel serves every batch and grid
     head_len, window_len,                        # runtime: tokens left to the tail kernel
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
     RATIO: tl.constexpr, TILES: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
@@ -66,11 +69,7 @@ def _int2_decode_split_kernel(
     TABLE_AHEAD: tl.constexpr = False,           # block-table entries a tile ahead (common.py)
     ODD_SHIFT: tl.constexpr = 0,                 # SlotLayout.odd_shift (docs/format.md, "odd slots")
 ):
-    W: tl.constexpr = D // 4
-    SEG: tl.constexpr = W if G > W else G
-    NG: tl.constexpr = D // G
-    batch = tl.program_id(0)
-    split = tl.program_id(2)
+    program = tl.program_id(0)
     if UPSTREAM_HEAD_MAP:
         # The mapping of aphrodite's _fwd_grouped_kernel_stage1, kept only so the tests can show
         # that they catch it (48 q / 2 kv heads: q head 24 reads KV head 0).
@@ -81,34 +80,59 @@ def _int2_decode_split_kernel(
     else:
         kv_head, q_head, hmask = group_heads(tl.program_id(1), RATIO, TILES, BLOCK_H)
 
-    seq_len = tl.load(seq_lens_ptr + batch)
-    # This launch reads int2 positions [lo, int2_len) only, divided among the splits: the first
-    # head_len positions (uncentered sinks) and the last window_len (the full-precision recent
+    # This launch reads int2 positions [lo, int2_len) of each sequence only (int2_positions): the
+    # first head_len positions (uncentered sinks) and the last window_len (the full-precision recent
     # window) are read by the tail kernel, so no int2 program carries their code or their latency.
-    int2_len = tl.maximum(seq_len - window_len, 0)
-    lo = tl.minimum(head_len, int2_len)
-    # splits (and so tiles) start on multiples of BLOCK_N, positions below lo masked: a tile then
-    # never crosses a page when BLOCK_N divides the page size (common.py load_tile)
-    base = (lo // BLOCK_N) * BLOCK_N
-    start_tile, my_tiles = split_tiles(int2_len - base, split, num_splits, BLOCK_N)
-    start = base + start_tile * BLOCK_N
-    end = tl.minimum(start + my_tiles * BLOCK_N, int2_len)
-    if my_tiles == 0:
-        return      # no partial result: the merge reads the first used_splits(...) slots only
+    # The batch's int2 tiles, concatenated in batch order, are dealt evenly to the num_programs
+    # programs of this head tile; a program's share may span sequences (one partial result each).
+    total, _, _ = batch_tiles(seq_lens_ptr, batch_size, -1, 0, head_len, window_len, BLOCK_N)
+    t0 = ((program.to(tl.int64) * total) // num_programs).to(tl.int32)
+    t1 = (((program + 1).to(tl.int64) * total) // num_programs).to(tl.int32)
+    if t1 == t0:
+        return      # fewer tiles than programs: no partial result (the merge reads written slots only)
+    _, batch, first = batch_tiles(seq_lens_ptr, batch_size, t0, 0, head_len, window_len, BLOCK_N)
+    while first < t1:
+        lo, base, int2_len, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, BLOCK_N)
+        seg0 = tl.maximum(t0, first) - first
+        seg1 = tl.minimum(t1, first + n_tiles) - first
+        if seg1 > seg0:
+            # tiles start on multiples of BLOCK_N, positions below lo masked: a tile then never
+            # crosses a page when BLOCK_N divides the page size (common.py load_tile)
+            start = base + seg0 * BLOCK_N
+            end = tl.minimum(base + seg1 * BLOCK_N, int2_len)
+            split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo,
+                          block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs,
+                          cache_u8, cache_f16, part_out_ptr, part_lse_ptr, q_head * num_slots + program + batch,
+                          qk_scale, BLOCK_SIZE, D, G, BLOCK_H, BLOCK_N, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ,
+                          LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT)
+        first += n_tiles
+        batch += 1
 
+
+@triton.jit
+def split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo, table_row, head_off,
+                  stride_cb, stride_cs, cache_u8, cache_f16, part_out_ptr, part_lse_ptr, row, qk_scale,
+                  BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr, BLOCK_H: tl.constexpr,
+                  BLOCK_N: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
+                  OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
+                  L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
+                  FOLD: tl.constexpr, TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr):
+    """One sequence's positions [start, end) (masked below lo) for one head tile, its partial
+    result written to slot rows `row` [BLOCK_H]."""
+    W: tl.constexpr = D // 4
+    SEG: tl.constexpr = W if G > W else G
+    NG: tl.constexpr = D // G
     q0, q1, q2, q3 = query_planes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, DOT)
-    row = (batch * NUM_Q_HEADS + q_head) * total_splits + split
-    table_row = block_table_ptr + batch * stride_bt
     if FOLD:
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = folded_span(
-            q0, q1, q2, q3, start, end, lo, table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8,
+            q0, q1, q2, q3, start, end, lo, table_row, head_off, stride_cb, stride_cs, cache_u8,
             cache_f16, qk_scale, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG,
             OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
         store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, D, W)
     else:
         m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_H, W)
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end, lo, table_row, kv_head * stride_ch,
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end, lo, table_row, head_off,
             stride_cb, stride_cs, cache_u8, cache_f16, qk_scale, l_i, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG, SEG,
             OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, 0, TABLE_AHEAD, ODD_SHIFT)
         store_partial(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
@@ -119,7 +143,7 @@ def _int2_decode_tail_kernel(
     q_ptr, stride_qb, stride_qh,                 # [B, Hq, D] rotated queries
     cache_u8, cache_f16, stride_cb, stride_cs, stride_ch, block_table_ptr, stride_bt,
     seq_lens_ptr, part_out_ptr, part_lse_ptr, qk_scale,
-    num_splits, total_splits,                    # runtime: slots of the split launch / of all partials
+    num_slots, tail_base,                        # runtime: slots per query head / the tail's first
     head_len, window_len,
     cen_ptr, stride_cenb, stride_cenh,           # [B or 1, Hkv, D] fp32 rotated K offsets (SINKS > 0)
     wk_ptr, wv_ptr, stride_wb, stride_ws, stride_wh,   # recent window: paged [blocks, WBS, Hkv, D] K / V
@@ -138,14 +162,15 @@ def _int2_decode_tail_kernel(
     positions [int2_len + w * TAIL_N, + TAIL_N) in full precision (so the window costs the latency
     of one short tile, not of R / TAIL_N tiles in a row); the last program, when SINKS > 0, reads
     the uncentered sinks [0, min(head_len, int2_len)) from int2 with their -q.c. Partial results go
-    to slots num_splits + program, merged with the splits' by the merge kernel."""
+    to slots tail_base + batch * tails + program, merged with the splits' by the merge kernel."""
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
     NG: tl.constexpr = D // G
     batch = tl.program_id(0)
     kv_head, q_head, hmask = group_heads(tl.program_id(1), RATIO, TILES, BLOCK_H)
     tail = tl.program_id(2)
-    window_programs = total_splits - num_splits - (1 if SINKS > 0 else 0)
+    tails = tl.num_programs(2)
+    window_programs = tails - (1 if SINKS > 0 else 0)
 
     seq_len = tl.load(seq_lens_ptr + batch)
     int2_len = tl.maximum(seq_len - window_len, 0)
@@ -169,52 +194,74 @@ def _int2_decode_tail_kernel(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi,
             wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
             qk_scale, qc, WBS, BLOCK_H, TAIL_N, W, DOT, SINKS)
-    store_partial(part_out_ptr, part_lse_ptr, (batch * NUM_Q_HEADS + q_head) * total_splits + num_splits + tail,
+    store_partial(part_out_ptr, part_lse_ptr, q_head * num_slots + tail_base + batch * tails + tail,
                   hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
 
 
 @triton.jit
-def split_tiles(n_positions, split, num_splits, BLOCK_N: tl.constexpr):
-    """Split `split`'s share of a sequence's int2 tiles: (first tile, tile count). The tiles are
-    dealt evenly, the first n_tiles % num_splits splits taking one more, so every split but the
-    last few of a short sequence has work and a long one's splits differ by one tile at most
-    (whole-tile shares of cdiv(n_tiles, num_splits) left up to a wave of splits idle: 86 of 99 busy
-    at 32K, batch 8, head_dim 128)."""
-    n_tiles = tl.cdiv(n_positions, BLOCK_N)
-    share = n_tiles // num_splits
-    extra = n_tiles % num_splits
-    return split * share + tl.minimum(split, extra), share + (split < extra).to(tl.int32)
+def int2_positions(seq_len, head_len, window_len, BLOCK_N: tl.constexpr):
+    """A sequence's part in the split launch: (lo, base, int2_len, tiles). It reads positions
+    [lo, int2_len) (the sinks before lo and the window after int2_len are the tail's) in tiles of
+    BLOCK_N from base, lo rounded down to a tile."""
+    int2_len = tl.maximum(seq_len - window_len, 0)
+    lo = tl.minimum(head_len, int2_len)
+    base = (lo // BLOCK_N) * BLOCK_N
+    return lo, base, int2_len, tl.cdiv(int2_len - base, BLOCK_N)
 
 
 @triton.jit
-def used_splits(seq_len, head_len, window_len, num_splits, BLOCK_N: tl.constexpr):
-    """How many of a sequence's splits got tiles (split_tiles): the first min(n_tiles, num_splits)."""
-    int2_len = tl.maximum(seq_len - window_len, 0)
-    base = (tl.minimum(head_len, int2_len) // BLOCK_N) * BLOCK_N
-    return tl.minimum(tl.cdiv(int2_len - base, BLOCK_N), num_splits)
+def batch_tiles(seq_lens_ptr, batch_size, upto_tile, upto_seq, head_len, window_len, BLOCK_N: tl.constexpr):
+    """The batch's int2 tiles concatenated in batch order: (total, done, tiles_done), where `done`
+    counts the sequences whose tiles all come before tile `upto_tile` -- or, upto_tile < 0, the
+    first `upto_seq` sequences -- and tiles_done is their tile count. With upto_tile = t, `done` is
+    the sequence holding tile t and tiles_done its first tile. 64 sequences at a time."""
+    total = 0
+    done = 0
+    tiles_done = 0
+    for c0 in range(0, batch_size, 64):
+        seqs = c0 + tl.arange(0, 64)
+        seq_len = tl.load(seq_lens_ptr + seqs, mask=seqs < batch_size, other=0)
+        _, _, _, n = int2_positions(seq_len, head_len, window_len, BLOCK_N)
+        ends = total + tl.cumsum(n, 0)
+        before = (seqs < batch_size) & ((ends <= upto_tile) | (seqs < upto_seq))
+        done += tl.sum(before.to(tl.int32), 0)
+        tiles_done += tl.sum(tl.where(before, n, 0), 0)
+        total += tl.sum(n, 0)
+    return total, done, tiles_done
 
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
-def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_splits, total_splits, head_len, window_len,
-                              out_ptr, stride_ob, stride_oh,
-                              NUM_Q_HEADS: tl.constexpr, D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr):
+def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_programs, num_slots, batch_size,
+                              tail_base, head_len, window_len, out_ptr, stride_ob, stride_oh,
+                              D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr):
     """Grid (batch, num_q_heads): log-sum-exp merge of a row's partial results, CHUNK slots at a
     time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2(l_i), so it enters the running
-    softmax state with weight exp2(lse_i - m)). It reads the splits that had tiles (the first
-    `used`; the others wrote nothing) and the tail's slots after num_splits."""
+    softmax state with weight exp2(lse_i - m)). It reads the slots the split programs holding the
+    sequence's tiles wrote (program p's at p + batch) and the tail's (tail_base + batch * tails)."""
     batch = tl.program_id(0)
     head = tl.program_id(1)
     dims = tl.arange(0, D)
-    row = (batch * NUM_Q_HEADS + head) * total_splits
-    used = used_splits(tl.load(seq_lens_ptr + batch), head_len, window_len, num_splits, BLOCK_N)
-    count = used + total_splits - num_splits
+    row = head * num_slots
+    total, _, first = batch_tiles(seq_lens_ptr, batch_size, -1, batch, head_len, window_len, BLOCK_N)
+    _, _, _, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, BLOCK_N)
+    # Tile t is in program ((t + 1) * P - 1) // total (the inverse of t0 = p * total // P). With at
+    # least as many tiles as programs, every program has some: the sequence's are p_lo..p_hi. With
+    # fewer, each program has one tile at most and those without are interleaved: one per tile.
+    safe = tl.maximum(total, 1).to(tl.int64)
+    p_lo = (((first + 1).to(tl.int64) * num_programs - 1) // safe).to(tl.int32)
+    p_hi = (((first + n_tiles).to(tl.int64) * num_programs - 1) // safe).to(tl.int32)
+    dense = total >= num_programs
+    used = tl.where(n_tiles > 0, tl.where(dense, p_hi - p_lo + 1, n_tiles), 0)
+    tails = (num_slots - tail_base) // batch_size
+    count = used + tails
     m = tl.full([], float("-inf"), tl.float32)
     l = tl.zeros([], tl.float32)
     acc = tl.zeros([D], tl.float32)
     for c0 in range(0, count, CHUNK):
         k = c0 + tl.arange(0, CHUNK)
         smask = k < count
-        slots = tl.where(k < used, k, k - used + num_splits)
+        program = tl.where(dense, p_lo + k, (((first + k + 1).to(tl.int64) * num_programs - 1) // safe).to(tl.int32))
+        slots = tl.where(k < used, program + batch, tail_base + batch * tails + k - used)
         lse = tl.load(part_lse_ptr + row + slots, mask=smask, other=float("-inf"))
         m_new = tl.maximum(m, tl.max(lse, axis=0))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -276,11 +323,12 @@ class DecodeLaunch:
     block_h: int
     table_ahead: bool = False
     fold: bool = True        # the tile (folded or per-code): table_ahead was chosen for it
+    maxnreg: int | None = None
 
     def kwargs(self) -> dict:
         """int2_decode's launch arguments (all but num_splits), the tile included."""
         return dict(block_n=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages,
-                    block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold)
+                    block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold, maxnreg=self.maxnreg)
 
 
 def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
@@ -324,7 +372,11 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     splits = max(1, min(splits, 256))
     table_ahead = fold or head_dim > 128
     if head_dim <= 128:
-        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold)
+        # the folded 8-head tile's loop needs 168 registers; left to itself, ptxas gives the kernel
+        # 194 (the sequence loop around it: 10 programs per multiprocessor instead of 12); capped,
+        # it spills a few of that loop's values, none inside the tile loop (benchmarks/sass_report.py)
+        cap = 168 if fold and head_dim > 64 and block_h <= 8 else None
+        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold, cap)
     return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead, fold)
 
 
@@ -332,8 +384,15 @@ TAIL_N = 32     # window tokens per tail program (and the sinks' tile)
 
 
 def tail_slots(sinks: int, window_len: int) -> int:
-    """Partial-result slots the tail kernel adds after the splits' (see int2_decode)."""
+    """Partial-result slots the tail kernel adds per sequence and query head (see int2_decode)."""
     return -(-window_len // TAIL_N) + (1 if sinks else 0)
+
+
+def partial_slots(num_splits: int, sinks: int, window_len: int) -> int:
+    """Partial-result slots per sequence and query head: a workspace for int2_decode holds
+    B * Hq * partial_slots(...) rows (num_splits programs per sequence, one more slot per
+    sequence where a program's share crosses into the next, the tail's)."""
+    return num_splits + 1 + tail_slots(sinks, window_len)
 
 
 def center_args(k_center, sinks: int, batch: int, num_kv_heads: int, head_dim: int, like, who: str):
@@ -372,9 +431,10 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
     (page ids); seq_lens [B] int32, the number of cached tokens to attend (current token included).
-    `num_splits` is fixed by the caller so grids are identical between CUDA-graph capture and replay;
-    `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated buffers, optional
-    (S = num_splits + tail_slots(sinks, window)).
+    `num_splits` (programs per sequence: the launch has num_splits * B per head tile, which share the
+    batch's tiles evenly) is fixed by the caller so grids are identical between CUDA-graph capture
+    and replay; `workspace` = (part_out [B*Hq*S*D] fp32, part_lse [B*Hq*S] fp32) preallocated
+    buffers, optional (S = partial_slots(num_splits, sinks, window length)).
     K centering: with `sinks` > 0, positions < sinks hold uncentered keys (in the int2 cache and in
     the window) and q_rot . c is subtracted from their scores; `k_center` (fp32 [B, Hkv, D], each
     sequence's rotated offset, or [Hkv, D] for all) gives c, and the kernel computes q . c.
@@ -386,8 +446,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     tile (each code dequantized before its dot).
     `table_ahead`: the split loop loads each tile's block-table entries an iteration early, which
     lets Triton's pipeliner keep a tile's copies in flight (decode_launch_config says when it pays).
-    The `num_splits` int2 splits read positions [sinks, L - R); the tail kernel reads the sinks
-    (one program) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
+    The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
+    per sequence) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
     B, Hq, D = q_rot.shape
     Hkv = kv_cache.shape[2]
@@ -406,15 +466,19 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     grid_heads = triton.cdiv(Hq, min(block_h, ratio)) if _upstream_head_map else Hkv * tiles
     if out is None:
         out = torch.empty_like(q_rot)
-    # the tail's partial results take slots after the splits' (tail kernel)
+    # partial-result slots per query head: split program p's for sequence b at p + b (a program's
+    # share spans consecutive sequences, so these never collide), then each sequence's tail slots
     tail_programs = tail_slots(sinks, int(window[3]) if window else 0)
-    total_splits = num_splits + tail_programs
+    num_programs = num_splits * B
+    tail_base = num_programs + B
+    num_slots = B * partial_slots(num_splits, sinks, int(window[3]) if window else 0)
     if workspace is None:
-        part_out = torch.empty(B * Hq * total_splits * D, dtype=torch.float32, device=q_rot.device)
-        part_lse = torch.empty(B * Hq * total_splits, dtype=torch.float32, device=q_rot.device)
+        part_out = torch.empty(Hq * num_slots * D, dtype=torch.float32, device=q_rot.device)
+        part_lse = torch.empty(Hq * num_slots, dtype=torch.float32, device=q_rot.device)
     else:
         part_out, part_lse = workspace
-        assert part_lse.numel() >= B * Hq * total_splits and part_out.numel() >= B * Hq * total_splits * D
+        assert part_lse.numel() >= Hq * num_slots and part_out.numel() >= Hq * num_slots * D, \
+            "int2 decode: workspace smaller than B * Hq * partial_slots(...) rows"
     lv = LLOYD_MAX_LEVELS
     levels = dict(LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3])
     offsets = dict(OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
@@ -424,9 +488,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                   block_table, block_table.stride(0))
     heads = dict(BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size, RATIO=ratio, TILES=tiles, NUM_Q_HEADS=Hq,
                  BLOCK_H=block_h, **offsets, **levels, DOT=dot_dtype(q_rot.dtype), FAST=not interpreting())
-    _int2_decode_split_kernel[(B, grid_heads, num_splits)](
+    _int2_decode_split_kernel[(num_programs, grid_heads)](
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
-        part_out, part_lse, sm_scale * LOG2E, num_splits, total_splits, int(sinks), window_len,
+        part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
         BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
         TABLE_AHEAD=bool(table_ahead), **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
@@ -434,11 +498,11 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     if tail_programs:
         _int2_decode_tail_kernel[(B, grid_heads, tail_programs)](
             q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
-            part_out, part_lse, sm_scale * LOG2E, num_splits, total_splits, int(sinks), window_len,
+            part_out, part_lse, sm_scale * LOG2E, num_slots, tail_base, int(sinks), window_len,
             *cen, *_window_args(window, q_rot),
             TAIL_N=TAIL_N, SINKS=int(sinks), WBS=window[0].shape[1] if window else 16, **heads,
             num_warps=4)   # one short tile: 4 warps keep it free of spills and load it in parallel
     _int2_decode_merge_kernel[(B, Hq)](
-        part_out, part_lse, seq_lens, num_splits, total_splits, int(sinks), window_len, out, out.stride(0), out.stride(1),
-        NUM_Q_HEADS=Hq, D=D, CHUNK=max(16, 16384 // D), BLOCK_N=block_n)   # fixed per head_dim: no variant per batch size
+        part_out, part_lse, seq_lens, num_programs, num_slots, B, tail_base, int(sinks), window_len,
+        out, out.stride(0), out.stride(1), D=D, CHUNK=max(16, 16384 // D), BLOCK_N=block_n)   # fixed per head_dim: no variant per batch size
     return out
