@@ -30,6 +30,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline-path", required=True, help="directory holding the renamed baseline package")
     ap.add_argument("--baseline-module", default="int2kv_base")
+    ap.add_argument("--alt-modules", default="",
+                    help="more renamed packages under --baseline-path to time with their own launch config, a,b,...")
     ap.add_argument("--configs", default="32/4/128,16/2/256", help="Hq/Hkv/D,...")
     ap.add_argument("--contexts", default="32768,131072")
     ap.add_argument("--batches", default="8,32,64")
@@ -47,6 +49,7 @@ def main():
     sys.path.insert(0, args.baseline_path)
     base = importlib.import_module(f"{args.baseline_module}.kernels.decode")
     base_fmt = importlib.import_module(f"{args.baseline_module}.int2.format")
+    alts = {m: importlib.import_module(f"{m}.kernels.decode") for m in args.alt_modules.split(",") if m}
     timer = Timer(graph=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     G, BS = 64, 128
@@ -59,7 +62,7 @@ def main():
                 lens = [S] * B
                 if args.ragged and B > 1:
                     g = torch.Generator().manual_seed(B)
-                    lens = [round(S * (1 + 7 * (2 * i / (B - 1) - 1) / 8)) for i in torch.randperm(B, generator=g)]
+                    lens = [round(S * (1 + 7 * (2 * i / (B - 1) - 1) / 8)) for i in torch.randperm(B, generator=g).tolist()]
                 need = [math.ceil(n / BS) for n in lens]
                 blocks = sum(need)
                 cache = random_int2_cache(L, blocks, BS, Hkv, heads_first=args.heads_first)
@@ -76,6 +79,9 @@ def main():
                 sides.append(("base", base.int2_decode, bcfg.num_splits, bcfg.kwargs()))
                 ncfg = new.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
                 sides.append(("new", new.int2_decode, ncfg.num_splits, ncfg.kwargs()))
+                for m, mod in alts.items():
+                    acfg = mod.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
+                    sides.append((m, mod.int2_decode, acfg.num_splits, acfg.kwargs()))
                 tiles = [tuple(map(int, v.split("/"))) for v in args.variants.split(",") if v]
                 for per_sm in [int(x) for x in args.per_sm.split(",") if x]:
                     for bn, nw, ns in tiles or [(ncfg.block_n, ncfg.num_warps, ncfg.num_stages)]:
