@@ -629,10 +629,13 @@ def test_decode_with_sinks_and_window_together(S, R, splits):
 
 def split_shares(tiles: list[int], programs: int) -> set[tuple[int, int]]:
     """The (program, sequence) pairs of the balanced split launch (decode.py stage 1), in plain
-    Python: the batch's tiles concatenated, program p taking tiles [p * T // P, (p + 1) * T // P)."""
+    Python: the batch's tiles concatenated, program p taking tiles [p * T // P, (p + 1) * T // P),
+    a program without tiles paired with the sequence its t0 falls in (it writes an empty result)."""
     T, pairs, ends = sum(tiles), set(), [sum(tiles[:b + 1]) for b in range(len(tiles))]
     for p in range(programs):
         t0, t1 = p * T // programs, (p + 1) * T // programs
+        if t1 == t0:
+            pairs.add((p, sum(e <= t0 for e in ends)))
         pairs |= {(p, b) for b in range(len(tiles)) if t1 > t0 and tiles[b] and ends[b] - tiles[b] < t1 and ends[b] > t0}
     return pairs
 
@@ -644,7 +647,8 @@ def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits):
     p + b); the merge reads those slots and the tail's only. The workspace starts as NaN, so a slot
     merged but never written shows. Sequences of 0 to 15 tiles of 16 positions, two without int2
     tiles (all sinks and window), with 5 sinks and a window of 20; 3 programs per sequence (18 for
-    43 tiles) or 12 (72: programs without tiles between those with one)."""
+    43 tiles) or 12 (72: programs without tiles between those with one write an empty result where
+    the merge reads its slot)."""
     D, Hq, Hkv, S, R = 128, 8, 2, 5, 20
     L = SlotLayout(D, 64)
     seq_lens = [S + R + 200, 3, 0, S + R + 17, 250, S + R + 16 * 12 - 3]

@@ -88,9 +88,12 @@ def _int2_decode_split_kernel(
     total, _, _ = batch_tiles(seq_lens_ptr, batch_size, -1, 0, head_len, window_len, BLOCK_N)
     t0 = ((program.to(tl.int64) * total) // num_programs).to(tl.int32)
     t1 = (((program + 1).to(tl.int64) * total) // num_programs).to(tl.int32)
-    if t1 == t0:
-        return      # fewer tiles than programs: no partial result (the merge reads written slots only)
     _, batch, first = batch_tiles(seq_lens_ptr, batch_size, t0, 0, head_len, window_len, BLOCK_N)
+    if t1 == t0:
+        # fewer tiles than programs: none here. An empty partial result (lse -inf) at the slot the
+        # merge reads for this program, so that it reads each sequence's programs as one range
+        tl.store(part_lse_ptr + q_head * num_slots + program + batch, float("-inf"), mask=hmask)
+        return
     while first < t1:
         lo, base, int2_len, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, BLOCK_N)
         seg0 = tl.maximum(t0, first) - first
@@ -244,14 +247,14 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
     row = head * num_slots
     total, _, first = batch_tiles(seq_lens_ptr, batch_size, -1, batch, head_len, window_len, BLOCK_N)
     _, _, _, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, BLOCK_N)
-    # Tile t is in program ((t + 1) * P - 1) // total (the inverse of t0 = p * total // P). With at
-    # least as many tiles as programs, every program has some: the sequence's are p_lo..p_hi. With
-    # fewer, each program has one tile at most and those without are interleaved: one per tile.
+    # Tile t is in program ((t + 1) * P - 1) // total (the inverse of t0 = p * total // P): the
+    # sequence's tiles are in programs p_lo..p_hi (with fewer tiles than programs, those between
+    # without tiles wrote lse -inf at their slot). Scalar divisions only: a vector of 64-bit ones
+    # compiles to a call per element (session 12: 255 registers, spills, a 3.5x slower merge).
     safe = tl.maximum(total, 1).to(tl.int64)
     p_lo = (((first + 1).to(tl.int64) * num_programs - 1) // safe).to(tl.int32)
     p_hi = (((first + n_tiles).to(tl.int64) * num_programs - 1) // safe).to(tl.int32)
-    dense = total >= num_programs
-    used = tl.where(n_tiles > 0, tl.where(dense, p_hi - p_lo + 1, n_tiles), 0)
+    used = tl.where(n_tiles > 0, p_hi - p_lo + 1, 0)
     tails = (num_slots - tail_base) // batch_size
     count = used + tails
     m = tl.full([], float("-inf"), tl.float32)
@@ -260,14 +263,15 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
     for c0 in range(0, count, CHUNK):
         k = c0 + tl.arange(0, CHUNK)
         smask = k < count
-        program = tl.where(dense, p_lo + k, (((first + k + 1).to(tl.int64) * num_programs - 1) // safe).to(tl.int32))
-        slots = tl.where(k < used, program + batch, tail_base + batch * tails + k - used)
+        slots = tl.where(k < used, p_lo + batch + k, tail_base + batch * tails + k - used)
         lse = tl.load(part_lse_ptr + row + slots, mask=smask, other=float("-inf"))
         m_new = tl.maximum(m, tl.max(lse, axis=0))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_safe)
         w = tl.exp2(lse - m_safe)
-        parts = tl.load(part_out_ptr + (row + slots)[:, None] * D + dims[None, :], mask=smask[:, None], other=0.0)
+        # an empty program wrote its lse only
+        parts = tl.load(part_out_ptr + (row + slots)[:, None] * D + dims[None, :],
+                        mask=(smask & (lse > float("-inf")))[:, None], other=0.0)
         acc = acc * alpha + tl.sum(parts * w[:, None], axis=0)
         l = l * alpha + tl.sum(w, axis=0)
         m = m_new
