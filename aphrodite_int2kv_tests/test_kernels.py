@@ -291,10 +291,10 @@ def test_decode_launch_config_depends_on_batch_only():
     sequence lengths unless the caller asks for it."""
     a = decode_launch_config(8, 4, 8, 128)
     assert a == decode_launch_config(8, 4, 8, 128)
-    assert a.num_splits == 24 * 132 // (8 * 4)        # two waves of 12 folded programs per multiprocessor
-    # never just past a whole wave: rounded down (batch 32, 4 KV heads: 24 splits, not 25 -- the
+    assert a.num_splits == 12 * 132 // (8 * 4)        # one wave of 12 folded programs per multiprocessor
+    # never just past a whole wave: rounded down (batch 32, 4 KV heads: 12 splits, not 13 -- the
     # per-code tile: 16 splits, two waves of 8, not 17)
-    assert decode_launch_config(32, 4, 8, 128).num_splits == 24
+    assert decode_launch_config(32, 4, 8, 128).num_splits == 12
     assert decode_launch_config(32, 4, 8, 128, fold=False).num_splits == 16
     assert decode_launch_config(8, 2, 8, 256).num_splits * 8 * 2 <= 8 * 132
     assert decode_launch_config(8, 4, 8, 128, max_seq_len=1000).num_splits == 3

@@ -337,15 +337,17 @@ class DecodeLaunch:
 
 def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
     """Split programs per multiprocessor: whole waves of the one-warp programs that fit at the
-    tile's register count (sm_90, 64K registers: 255 -> 8, 168 -> 12, 127 -> 16), two waves at
-    head_dim <= 128 (they balance ragged sequence lengths), one at 256 (measured best).
+    tile's register count (sm_90, 64K registers: 255 -> 8, 168 -> 12, 127 -> 16). The folded 8-head
+    tile at head_dim 128 runs one wave of 12: since the programs share the batch's tiles evenly
+    (session 12), a second wave no longer balances ragged lengths, and one wave was 2-9 % faster at
+    4K-32K, batch 8-32 (1-2 % slower at 128K, batch 32-64; session12/decode_ab_chunk_*.json).
     Registers from `benchmarks/sass_report.py` (triton 3.6.0); the folded tile at head_dim 128 with
     8 query heads per tile takes 168 (session 11: V read as 16-bit words, P.V transposed), the
     per-code tile and 16-head tiles 255; head_dim 64 takes 127 (one wave of 16, not timed)."""
     if head_dim <= 64:
         return 16
     if head_dim <= 128:
-        return 24 if fold and block_h <= 8 else 16
+        return 12 if fold and block_h <= 8 else 16
     return 8
 
 

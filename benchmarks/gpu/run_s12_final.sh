@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# H200 call (nvidia-h200), session 12: the shipped balanced split launch (12 programs per
+# multiprocessor at head_dim 128). 1) every kernel test with real compilation; 2) the decode table;
+# 3) the engine: the tiny dense model with CUDA graphs against session 9's bf16 run of the same
+# seeded model and prompts, then dense8b at 32K, C = 11 (bf16 550.1 tok/s, session 11).
+set -u
+source benchmarks/gpu_setup.sh > $OUT/setup.log 2>&1
+python3 .gpu-bundle/gpu/make_models.py /tmp/models > /dev/null 2>&1 &
+mkdir -p $OUT/logs
+bash benchmarks/gpu/kernel_tests_sharded.sh $OUT/logs 150; ok=$?; echo "kernel tests exit $ok at ${SECONDS}s"
+if [ $ok = 0 ]; then
+  timeout 150 python3 benchmarks/decode_attention.py --graph --block-size 128 --contexts 4096,32768,131072 \
+    --batches 1,8,32,64 --configs 32/4/128,16/2/256 --group-sizes 64 --iters 20 --out $OUT/decode_attention_h200.json \
+    > $OUT/logs/decode_table.log 2>&1
+  echo "table exit $? at ${SECONDS}s"; grep -h "S=" $OUT/logs/decode_table.log | cut -c1-150
+fi
+wait
+cp benchmarks/results/session9/baseline/e2e_dense-bf16.log $OUT/logs/
+run() { local t=$1 label=$2; shift 2; if [ $((585 - SECONDS)) -lt $t ]; then t=$((585 - SECONDS)); fi
+        [ $t -gt 20 ] || { echo "$label skipped (time)"; return; }
+        timeout $t env "$@" > "$OUT/logs/$label.log" 2>&1; echo "$label exit $? at ${SECONDS}s"; }
+run 120 e2e_dense-int2-graph python3 benchmarks/gpu/e2e_int2.py --label dense-int2-graph --model /tmp/models/qwen3 --kv int2 --graph
+python3 benchmarks/gpu/summarize_e2e.py $OUT/logs dense-bf16 dense-int2-graph > $OUT/e2e_summary.json 2> $OUT/logs/summary.err
+python3 -c "
+import json; d = json.load(open('$OUT/e2e_summary.json'))
+for c in d['comparisons']: print(c)"
+run 260 e2e_dense8b python3 benchmarks/gpu/e2e_throughput.py --model-config dense8b \
+  --kv int2 --context 32768 --concurrency 11 --out $OUT/e2e_dense8b_int2_s12.jsonl
+grep -h "^ROW" $OUT/logs/e2e_dense8b.log | cut -c1-400
+(cd $OUT && tar czf final_logs.tgz logs && rm -r logs)
