@@ -15,7 +15,7 @@ wait
 timeout $((330 - SECONDS)) env APHRODITE_INT2KV_RECENT_WINDOW=64 python3 benchmarks/gpu/e2e_int2.py --label hybrid-int2-ring64 \
   --model /tmp/models/qwen35 --kv int2 --lm-only --chunk 256 --prefix-caching off > $OUT/logs/e2e_hybrid-int2-ring64.log 2>&1
 echo "hybrid exit $? at ${SECONDS}s"
-python3 benchmarks/gpu/summarize_e2e.py $OUT/logs hybrid-int2-ring64=hybrid-bf16-chunk > $OUT/e2e_hybrid_summary.json 2> $OUT/logs/summary.err
+python3 benchmarks/gpu/summarize_e2e.py $OUT/logs hybrid-bf16-chunk hybrid-int2-ring64 > $OUT/e2e_hybrid_summary.json 2> $OUT/logs/summary.err
 python3 -c "
 import json; d = json.load(open('$OUT/e2e_hybrid_summary.json'))
 for c in d['comparisons']: print(c)"
