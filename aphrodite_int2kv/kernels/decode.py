@@ -362,8 +362,8 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     program time (17 splits at batch 32 with 4 KV heads cost 13 % over 16 once the lengths divided
     evenly, at 8 programs per wave).
     Depends only on the batch and head shapes (not on sequence lengths) unless max_seq_len is
-    given, so a CUDA graph captured for a batch size replays the same grid; each program then
-    divides its sequence's actual length by the split count.
+    given, so a CUDA graph captured for a batch size replays the same grid; the num_splits * batch
+    programs of a head tile then share the batch's actual int2 tiles evenly (stage 1).
     table_ahead (block-table entries a tile ahead) where the H200 measured it faster with one page
     per tile (session9/onepage_logs.tgz: ab_*.log, 32K and 128K, batch 8-64): the folded tile
     (1.01-1.10x at head_dim 128, 1.14-1.18x at 256) and the per-code tile at head_dim 256
