@@ -683,6 +683,29 @@ def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits):
     assert written_slots == sorted(p + b for p, b in split_shares(tiles, P))
 
 
+def test_decode_balances_a_batch_of_more_than_64_sequences():
+    """The split programs and the merge walk the batch's lengths 64 sequences at a time
+    (batch_tiles): 130 sequences of 0 to 40 tokens (empty ones among them, across the 64 and 128
+    boundaries), 2 programs per sequence, against the reference; the NaN workspace shows a slot
+    merged but never written. (The walk is the same for either tile: the folded one here.)"""
+    D, G, Hq, Hkv, BS, fold = 64, 32, 2, 1, 16, True
+    L = SlotLayout(D, G)
+    g = torch.Generator().manual_seed(5)
+    seq_lens = torch.randint(0, 41, (130,), generator=g).tolist()
+    seq_lens[63] = seq_lens[64] = seq_lens[128] = 0
+    cache, bt, _ = paged_cache(L, seq_lens, Hkv, BS)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    B, slots = len(seq_lens), partial_slots(2, 0, 0)
+    ws = (torch.full((B * Hq * slots * D,), float("nan"), device=DEVICE),
+          torch.full((B * Hq * slots,), float("nan"), device=DEVICE))
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, workspace=ws, fold=fold, block_n=16)
+    assert torch.isfinite(out).all() and (out[sl == 0] == 0).all()
+    keep = sl > 0
+    ref = R_.decode_reference(q[keep], cache, bt[keep], sl[keep], L, D ** -0.5)
+    torch.testing.assert_close(out[keep].float(), ref, atol=ATOL, rtol=0)
+
+
 @pytest.mark.parametrize("R,S", [(1, 0), (2, 0), (33, 0), (300, 0), (33, 7), (2, 7)])
 def test_prefill_reads_the_prefix_window_in_full_precision(R, S):
     """Chunks after a prefix: prefix positions >= prefix - (R - 1) come from the window cache (the
