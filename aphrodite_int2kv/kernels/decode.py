@@ -4,7 +4,9 @@ Stage 1 (`_int2_decode_split_kernel`), grid (num_programs, num_kv_heads * TILES)
 tiles (BLOCK_N positions of one sequence), concatenated in batch order, are dealt evenly to the
 num_programs programs of each head tile, so every program reads the same number of tiles (+-1)
 whatever the mix of sequence lengths; a share that crosses from one sequence into the next writes
-one partial result for each. A program reads its KV head's tokens once, for a tile of BLOCK_H
+one partial result for each (per query head, program p's for sequence b at slot p + b: unique, since
+a program's sequences are consecutive; a program without tiles writes an empty one at p + the
+sequence its first tile index falls in). A program reads its KV head's tokens once, for a tile of BLOCK_H
 query heads *of that KV head's group*. Head mapping, valid for every ratio of query to KV heads:
 
     kv_head  = pid1 // TILES                  TILES = cdiv(RATIO, BLOCK_H)
