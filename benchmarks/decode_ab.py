@@ -26,6 +26,24 @@ from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first, rotate_o
 from aphrodite_int2kv.kernels import decode as new  # noqa: E402
 
 
+def renamed_decoders(path: str, names) -> dict:
+    """{name: name.kernels.decode} of the renamed packages `names` under `path` (made as above)."""
+    sys.path.insert(0, path)
+    return {m: importlib.import_module(f"{m}.kernels.decode") for m in names if m}
+
+
+def paged_batch(layout, lens, block_size, num_kv_heads, heads_first=True):
+    """random_int2_cache pages for sequences of lengths `lens`, each on its own shuffled pages:
+    (cache, block table [B, max pages] int32, seq_lens [B] int32)."""
+    need = [math.ceil(n / block_size) for n in lens]
+    cache = random_int2_cache(layout, sum(need), block_size, num_kv_heads, heads_first=heads_first)
+    pages = torch.randperm(sum(need), device="cuda").int()
+    table = torch.zeros(len(lens), max(need), dtype=torch.int32, device="cuda")
+    for b, k in enumerate(need):
+        table[b, :k] = pages[sum(need[:b]):sum(need[:b]) + k]
+    return cache, table, torch.tensor(lens, dtype=torch.int32, device="cuda")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline-path", required=True, help="directory holding the renamed baseline package")
@@ -46,10 +64,9 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default="decode_ab.json")
     args = ap.parse_args()
-    sys.path.insert(0, args.baseline_path)
-    base = importlib.import_module(f"{args.baseline_module}.kernels.decode")
+    base = renamed_decoders(args.baseline_path, [args.baseline_module])[args.baseline_module]
     base_fmt = importlib.import_module(f"{args.baseline_module}.int2.format")
-    alts = {m: importlib.import_module(f"{m}.kernels.decode") for m in args.alt_modules.split(",") if m}
+    alts = renamed_decoders(args.baseline_path, args.alt_modules.split(","))
     timer = Timer(graph=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     G, BS = 64, 128
@@ -63,14 +80,8 @@ def main():
                 if args.ragged and B > 1:
                     g = torch.Generator().manual_seed(B)
                     lens = [round(S * (1 + 7 * (2 * i / (B - 1) - 1) / 8)) for i in torch.randperm(B, generator=g).tolist()]
-                need = [math.ceil(n / BS) for n in lens]
-                blocks = sum(need)
-                cache = random_int2_cache(L, blocks, BS, Hkv, heads_first=args.heads_first)
-                pages = torch.randperm(blocks, device="cuda").int()
-                table = torch.zeros(B, max(need), dtype=torch.int32, device="cuda")
-                for b, k in enumerate(need):
-                    table[b, :k] = pages[sum(need[:b]):sum(need[:b]) + k]
-                seq = torch.tensor(lens, dtype=torch.int32, device="cuda")
+                cache, table, seq = paged_batch(L, lens, BS, Hkv, heads_first=args.heads_first)
+                blocks = cache.shape[0]
                 short = torch.full((B,), 3000, dtype=torch.int32, device="cuda")
                 q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
                 ref = R.decode_reference(q[:2].float(), cache, table[:2], short[:2], L, D ** -0.5)

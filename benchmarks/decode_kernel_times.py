@@ -9,14 +9,13 @@ import argparse
 import collections
 import importlib
 import json
-import math
 import sys
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-from benchmarks.decode_attention import random_int2_cache  # noqa: E402
+from benchmarks.decode_ab import paged_batch, renamed_decoders  # noqa: E402
 from aphrodite_int2kv.int2.format import SlotLayout  # noqa: E402
 
 
@@ -29,19 +28,15 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default="decode_kernel_times.json")
     args = ap.parse_args()
-    sys.path.insert(0, args.baseline_path)
     mods = {"new": importlib.import_module("aphrodite_int2kv.kernels.decode")}
-    mods.update({m: importlib.import_module(f"{m}.kernels.decode") for m in args.modules.split(",") if m})
+    mods.update(renamed_decoders(args.baseline_path, args.modules.split(",")))
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
     rows = []
     for shape in args.shapes.split(","):
         Hq, Hkv, D, S, B = map(int, shape.split("/"))
         L = SlotLayout(D, 64)
-        blocks = B * math.ceil(S / 128)
-        cache = random_int2_cache(L, blocks, 128, Hkv)
-        table = torch.randperm(blocks, device="cuda").int().view(B, -1)
-        seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
+        cache, table, seq = paged_batch(L, [S] * B, 128, Hkv)
         q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
         for name, mod in mods.items():
             cfg = mod.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)

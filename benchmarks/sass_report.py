@@ -5,6 +5,9 @@ figures in docs/benchmarks.md: instructions per loop iteration and registers per
   python benchmarks/sass_report.py [D G RATIO BLOCK_H BLOCK_N WARPS BLOCK_SIZE SPLITS STAGES LLOYD]
   e.g. python benchmarks/sass_report.py 128 32 8 8 64 1 16 16 3     (the engine's launch for 32q/4kv)
   FOLD=1 python benchmarks/sass_report.py ...                          (the folded tile, common.py)
+  MAXNREG=168 FOLD=1 ...                                               (a register cap, as decode_launch_config's)
+  KERNEL=merge python benchmarks/sass_report.py [D CHUNK]              (the merge kernel: registers, stack, calls)
+Each loop of more than 100 instructions is reported with its spill loads/stores (LDL/STL).
 
 Needs triton (3.6.0 is the H200 image's; the CI venv's 3.9.0 also works, counts differ a little; it
 bundles ptxas and cuobjdump) and torch installed locally.
@@ -39,6 +42,17 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
                     attrs={(list(sig).index(k),): [["tt.divisibility", 16]] for k in ("q_ptr","stride_qb","stride_qh","cache_u8","cache_f16","stride_cb","stride_cs","stride_ch","block_table_ptr","seq_lens_ptr","part_out_ptr","part_lse_ptr")})
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, "num_stages": stages, **({"maxnreg": int(os.environ["MAXNREG"])} if os.environ.get("MAXNREG") else {})})
 
+def compile_merge(D=128, chunk=128):
+    """The merge kernel, every pointer fp32 but seq_lens (int32) and out (bf16), every runtime int i32."""
+    fn = dec._int2_decode_merge_kernel
+    names = fn.arg_names
+    cx = {"D": D, "CHUNK": chunk, "BLOCK_N": 64}
+    sig = {n: ("constexpr" if n in cx else "*i32" if n == "seq_lens_ptr" else "*bf16" if n == "out_ptr"
+               else "*fp32" if n.endswith("_ptr") else "i32") for n in names}
+    src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in cx.items()})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
 def report(ck):
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -56,8 +70,12 @@ def report(ck):
         t = re.search(r"0x([0-9a-f]+)", rest)
         if op == "BRA" and t and int(t.group(1), 16) < addr:
             body = [o.split(".")[0] for a, o, _ in ins if int(t.group(1), 16) <= a <= addr]
-            print(f"loop: {len(body)} instructions;", " ".join(f"{k}:{v}" for k, v in collections.Counter(body).most_common(20)))
+            c = collections.Counter(body)
+            spills = f" ({c['LDL'] + c['STL']} LDL/STL)" if len(body) > 100 else ""
+            print(f"loop: {len(body)} instructions{spills};", " ".join(f"{k}:{v}" for k, v in c.most_common(20)))
+    print("whole kernel:", len(ins), "instructions,", sum(op.startswith("CALL") for _, op, _ in ins), "CALL")
 
 
 if __name__ == "__main__":
-    report(compile_split(*[int(a) for a in sys.argv[1:]]))
+    args = [int(a) for a in sys.argv[1:]]
+    report(compile_merge(*args) if os.environ.get("KERNEL") == "merge" else compile_split(*args))

@@ -487,10 +487,11 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         out = torch.empty_like(q_rot)
     # partial-result slots per query head: split program p's for sequence b at p + b (a program's
     # share spans consecutive sequences, so these never collide), then each sequence's tail slots
-    tail_programs = tail_slots(sinks, int(window[3]) if window else 0)
+    window_len = int(window[3]) if window else 0
+    tail_programs = tail_slots(sinks, window_len)
     num_programs = num_splits * B
     tail_base = num_programs + B
-    num_slots = B * partial_slots(num_splits, sinks, int(window[3]) if window else 0)
+    num_slots = B * partial_slots(num_splits, sinks, window_len)
     if workspace is None:
         part_out = torch.empty(Hq * num_slots * D, dtype=torch.float32, device=q_rot.device)
         part_lse = torch.empty(Hq * num_slots, dtype=torch.float32, device=q_rot.device)
@@ -502,7 +503,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     levels = dict(LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3])
     offsets = dict(OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
                    OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero, ODD_SHIFT=layout.odd_shift)
-    window_len = int(window[3]) if window else 0
     cache_args = (kv_cache, kv_cache.view(torch.float16), kv_cache.stride(0), kv_cache.stride(1), kv_cache.stride(2),
                   block_table, block_table.stride(0))
     heads = dict(BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size, RATIO=ratio, TILES=tiles, NUM_Q_HEADS=Hq,
