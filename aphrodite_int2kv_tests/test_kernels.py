@@ -602,6 +602,48 @@ def test_decode_reads_the_recent_window_in_full_precision(R, wbs):
         torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
 
 
+@pytest.mark.skipif(not ON_GPU or torch.cuda.get_device_capability()[0] < 9,
+                    reason="programmatic dependent launch: sm_90+ GPUs (runs on the H200), not the interpreter")
+@pytest.mark.parametrize("R", [0, 64])
+def test_decode_dependent_launches_wait_for_the_results_they_read(R):
+    """On sm_90+ the merge is a programmatic dependent of the split launch (and, with a window, the
+    split of the tail launch): it may start while the split programs run and must wait (gdc_wait)
+    before reading their partial results. Two long sequences on 2 programs each: the split programs
+    run long and leave the GPU free for the merge's, so a merge reading before the split launch
+    completed reads the NaN the workspace is filled with before each replay. As the engine runs it:
+    captured in a CUDA graph, replayed 10 times. (Fails with the merge's gdc_wait removed: H200,
+    benchmarks/results/session13/.)"""
+    D, Hq, Hkv = 128, 8, 2
+    L = SlotLayout(D, 64)
+    seq_lens = [16384, 12000]
+    cache, bt, written = paged_cache(L, seq_lens, Hkv, 128)
+    window = (*window_cache(written, Hkv, D, 16), R) if R else None
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    slots = partial_slots(2, 0, R)
+    ws = (torch.empty(len(seq_lens) * Hq * slots * D, device=DEVICE), torch.empty(len(seq_lens) * Hq * slots, device=DEVICE))
+    out = torch.empty_like(q)
+    run = lambda: int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, out=out, workspace=ws, window=window, fold=True)  # noqa: E731
+    run()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    refs = []
+    for b, n in enumerate(seq_lens):
+        kq, vq = R_.gather_sequence(cache, bt[b], n, L)
+        k = torch.cat([kq[:n - R], written[b][0][n - R:].to(torch.bfloat16).float()])
+        v = torch.cat([vq[:n - R], written[b][1][n - R:].to(torch.bfloat16).float()])
+        refs.append(R_.attend(q[b:b + 1], k, v, D ** -0.5))
+    for _ in range(10):
+        ws[0].fill_(float("nan"))
+        ws[1].fill_(float("nan"))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        for b, ref in enumerate(refs):
+            torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
+
+
 @pytest.mark.parametrize("S,R,splits", [(4, 40, 3), (20, 16, 2), (1, 70, 1), (64, 33, 5)])
 def test_decode_with_sinks_and_window_together(S, R, splits):
     """Sinks and window in one decode (both read by the tail kernel, the splits read [S, L - R)):
@@ -634,12 +676,10 @@ def test_decode_with_sinks_and_window_together(S, R, splits):
 def split_shares(tiles: list[int], programs: int) -> set[tuple[int, int]]:
     """The (program, sequence) pairs of the balanced split launch (decode.py stage 1), in plain
     Python: the batch's tiles concatenated, program p taking tiles [p * T // P, (p + 1) * T // P),
-    a program without tiles paired with the sequence its t0 falls in (it writes an empty result)."""
+    or tile p alone when there are fewer tiles than programs (P > T: programs from T on take none)."""
     T, pairs, ends = sum(tiles), set(), [sum(tiles[:b + 1]) for b in range(len(tiles))]
     for p in range(programs):
-        t0, t1 = p * T // programs, (p + 1) * T // programs
-        if t1 == t0:
-            pairs.add((p, sum(e <= t0 for e in ends)))
+        t0, t1 = (p * T // programs, (p + 1) * T // programs) if T >= programs else (min(p, T), min(p + 1, T))
         pairs |= {(p, b) for b in range(len(tiles)) if t1 > t0 and tiles[b] and ends[b] - tiles[b] < t1 and ends[b] > t0}
     return pairs
 
@@ -651,8 +691,7 @@ def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits):
     p + b); the merge reads those slots and the tail's only. The workspace starts as NaN, so a slot
     merged but never written shows. Sequences of 0 to 15 tiles of 16 positions, two without int2
     tiles (all sinks and window), with 5 sinks and a window of 20; 3 programs per sequence (18 for
-    43 tiles) or 12 (72: programs without tiles between those with one write an empty result where
-    the merge reads its slot)."""
+    43 tiles) or 12 (72 programs: the first 43 take one tile each, the others none and write nothing)."""
     D, Hq, Hkv, S, R = 128, 8, 2, 5, 20
     L = SlotLayout(D, 64)
     seq_lens = [S + R + 200, 3, 0, S + R + 17, 250, S + R + 16 * 12 - 3]

@@ -44,6 +44,18 @@ def paged_batch(layout, lens, block_size, num_kv_heads, heads_first=True):
     return cache, table, torch.tensor(lens, dtype=torch.int32, device="cuda")
 
 
+def window_pages(batch, max_len, num_kv_heads, head_dim, R, wbs=48):
+    """The int2_decode `window` of a batch: random bf16 K/V pages [blocks, wbs, Hkv, D] for the
+    last R positions of each sequence (older logical blocks point at page 0, never read)."""
+    nlog = math.ceil(max_len / wbs)
+    need = min(nlog, math.ceil(R / wbs) + 1)
+    k_win = torch.randn(batch * need + 1, wbs, num_kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
+    table = torch.zeros(batch, nlog, dtype=torch.int32, device="cuda")
+    table[:, nlog - need:] = (1 + torch.arange(batch, device="cuda")[:, None] * need
+                              + torch.arange(need, device="cuda")[None, :]).int()
+    return (k_win, torch.randn_like(k_win), table, R)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline-path", required=True, help="directory holding the renamed baseline package")
@@ -61,6 +73,8 @@ def main():
                     help="both sides on pages read heads first (the engine's since session 11), not token-major")
     ap.add_argument("--ragged", action="store_true",
                     help="sequence lengths spread evenly from S/8 to 15S/8 (mean S, shuffled) instead of all S")
+    ap.add_argument("--window", type=int, default=0,
+                    help="a full-precision recent window of R tokens on every side (the engine's default 128)")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default="decode_ab.json")
     args = ap.parse_args()
@@ -86,6 +100,9 @@ def main():
                 q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
                 ref = R.decode_reference(q[:2].float(), cache, table[:2], short[:2], L, D ** -0.5)
                 sides = []
+                extra = {}
+                if args.window:   # window pages as decode_attention.py's --window builds them (blocks of 48)
+                    extra["window"] = window_pages(B, max(lens), Hkv, D, args.window)
                 bcfg = base.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
                 sides.append(("base", base.int2_decode, bcfg.num_splits, bcfg.kwargs()))
                 ncfg = new.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
@@ -116,6 +133,8 @@ def main():
                         pages = base_pages
                     try:
                         got = fn(q, pages, table, short, L, D ** -0.5, splits, **kw)[:2].float()
+                        if extra:   # the reference above has no window: checked without it, timed with it
+                            kw = dict(kw, **extra)
                         err = (got - want).abs().max().item()
                         if not err < 2e-2:
                             raise AssertionError(f"max error {err:.3g} vs reference")
@@ -129,7 +148,7 @@ def main():
                         if name in outs and "base" in outs and not name.startswith("hm/") else None
                     rows.append(dict(num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, context_len=S, batch=B, ragged=args.ragged,
                                      group_size=G, block_size=BS, side=name, num_splits=splits,
-                                     launch={k: v for k, v in kw.items()}, int2_us=round(us, 2),
+                                     launch={k: v for k, v in kw.items() if k != "window"}, window=args.window, int2_us=round(us, 2),
                                      ref_err=err, max_diff_vs_base=diff))
                     line.append(f"{name}:{splits}={us:.1f}")
                 b_us = rows[-len(sides)]["int2_us"]

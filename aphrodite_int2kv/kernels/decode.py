@@ -3,10 +3,10 @@
 Stage 1 (`_int2_decode_split_kernel`), grid (num_programs, num_kv_heads * TILES): the batch's int2
 tiles (BLOCK_N positions of one sequence), concatenated in batch order, are dealt evenly to the
 num_programs programs of each head tile, so every program reads the same number of tiles (+-1)
-whatever the mix of sequence lengths; a share that crosses from one sequence into the next writes
-one partial result for each (per query head, program p's for sequence b at slot p + b: unique, since
-a program's sequences are consecutive; a program without tiles writes an empty one at p + the
-sequence its first tile index falls in). A program reads its KV head's tokens once, for a tile of BLOCK_H
+whatever the mix of sequence lengths (with fewer tiles than programs, one tile each to the first
+ones: `first_tile`); a share that crosses from one sequence into the next writes one partial result
+for each (per query head, program p's for sequence b at slot p + b: unique, since a program's
+sequences are consecutive). A program reads its KV head's tokens once, for a tile of BLOCK_H
 query heads *of that KV head's group*. Head mapping, valid for every ratio of query to KV heads:
 
     kv_head  = pid1 // TILES                  TILES = cdiv(RATIO, BLOCK_H)
@@ -32,6 +32,7 @@ import functools
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels import interpreting
@@ -70,7 +71,13 @@ def _int2_decode_split_kernel(
     FOLD: tl.constexpr = False,                  # the folded tile (folded.py): uniform levels
     TABLE_AHEAD: tl.constexpr = False,           # block-table entries a tile ahead (common.py)
     ODD_SHIFT: tl.constexpr = 0,                 # SlotLayout.odd_shift (docs/format.md, "odd slots")
+    PDL: tl.constexpr = False,                   # the merge is launched as a dependent grid (int2_decode)
+    AFTER_TAIL: tl.constexpr = False,            # this launch is the tail launch's dependent
 ):
+    if PDL:
+        # lets the merge's programs start as this launch's programs finish (they wait in
+        # gdc_wait for all of it): its launch and prologue run under this launch's last programs
+        gdc_launch_dependents()
     program = tl.program_id(0)
     if UPSTREAM_HEAD_MAP:
         # The mapping of aphrodite's _fwd_grouped_kernel_stage1, kept only so the tests can show
@@ -88,14 +95,9 @@ def _int2_decode_split_kernel(
     # The batch's int2 tiles, concatenated in batch order, are dealt evenly to the num_programs
     # programs of this head tile; a program's share may span sequences (one partial result each).
     total, _, _ = batch_tiles(seq_lens_ptr, batch_size, -1, 0, head_len, window_len, BLOCK_N)
-    t0 = ((program.to(tl.int64) * total) // num_programs).to(tl.int32)
-    t1 = (((program + 1).to(tl.int64) * total) // num_programs).to(tl.int32)
+    t0 = first_tile(program, total, num_programs)
+    t1 = first_tile(program + 1, total, num_programs)
     _, batch, first = batch_tiles(seq_lens_ptr, batch_size, t0, 0, head_len, window_len, BLOCK_N)
-    if t1 == t0:
-        # fewer tiles than programs: none here. An empty partial result (lse -inf) at the slot the
-        # merge reads for this program, so that it reads each sequence's programs as one range
-        tl.store(part_lse_ptr + q_head * num_slots + program + batch, float("-inf"), mask=hmask)
-        return
     while first < t1:
         lo, base, int2_len, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, BLOCK_N)
         seg0 = tl.maximum(t0, first) - first
@@ -112,6 +114,10 @@ def _int2_decode_split_kernel(
                           LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT)
         first += n_tiles
         batch += 1
+    if AFTER_TAIL:
+        # launched while the tail launch runs (its programs overlap this launch's start): this
+        # launch completes after it, so the merge, which waits for this launch, waits for both
+        gdc_wait()
 
 
 @triton.jit
@@ -161,6 +167,7 @@ def _int2_decode_tail_kernel(
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
     DOT: tl.constexpr, FAST: tl.constexpr, SINKS: tl.constexpr, WBS: tl.constexpr,
     ODD_SHIFT: tl.constexpr = 0,
+    PDL: tl.constexpr = False,                   # the split launch is this launch's dependent
 ):
     """The *tail*: the positions the split launch leaves out, a few dozen per sequence. Grid
     (batch, num_kv_heads * TILES, window programs [+ 1]): window program w reads the recent-window
@@ -168,6 +175,8 @@ def _int2_decode_tail_kernel(
     of one short tile, not of R / TAIL_N tiles in a row); the last program, when SINKS > 0, reads
     the uncentered sinks [0, min(head_len, int2_len)) from int2 with their -q.c. Partial results go
     to slots tail_base + batch * tails + program, merged with the splits' by the merge kernel."""
+    if PDL:
+        gdc_launch_dependents()     # the split launch may start (it waits for this one at its end)
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
     NG: tl.constexpr = D // G
@@ -215,6 +224,23 @@ def int2_positions(seq_len, head_len, window_len, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def first_tile(program, total, num_programs):
+    """The first of the batch's `total` int2 tiles program p (of num_programs P) reads; it reads
+    up to the next program's first. P >= total: tile p (programs from `total` on read none, so
+    every program a sequence's tiles span has some); else p * total // P, the inverse of
+    tile_program."""
+    dealt = ((program.to(tl.int64) * total) // num_programs).to(tl.int32)
+    return tl.where(total < num_programs, tl.minimum(program, total), dealt)
+
+
+@triton.jit
+def tile_program(tile, total, num_programs):
+    """The program holding tile `tile` of `total` (scalar): first_tile's inverse."""
+    dealt = (((tile + 1).to(tl.int64) * num_programs - 1) // tl.maximum(total, 1)).to(tl.int32)
+    return tl.where(total < num_programs, tile, dealt)
+
+
+@triton.jit
 def batch_tiles(seq_lens_ptr, batch_size, upto_tile, upto_seq, head_len, window_len, BLOCK_N: tl.constexpr):
     """The batch's int2 tiles concatenated in batch order: (total, done, tiles_done), where `done`
     counts the sequences whose tiles all come before tile `upto_tile` -- or, upto_tile < 0, the
@@ -238,7 +264,8 @@ def batch_tiles(seq_lens_ptr, batch_size, upto_tile, upto_seq, head_len, window_
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_programs, num_slots, batch_size,
                               tail_base, head_len, window_len, out_ptr, stride_ob, stride_oh,
-                              D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr):
+                              D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr,
+                              PDL: tl.constexpr = False):
     """Grid (batch, num_q_heads): log-sum-exp merge of a row's partial results, CHUNK slots at a
     time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2(l_i), so it enters the running
     softmax state with weight exp2(lse_i - m)). It reads the slots the split programs holding the
@@ -249,19 +276,19 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
     row = head * num_slots
     total, _, first = batch_tiles(seq_lens_ptr, batch_size, -1, batch, head_len, window_len, BLOCK_N)
     _, _, _, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, BLOCK_N)
-    # Tile t is in program ((t + 1) * P - 1) // total (the inverse of t0 = p * total // P): the
-    # sequence's tiles are in programs p_lo..p_hi (with fewer tiles than programs, those between
-    # without tiles wrote lse -inf at their slot). Scalar divisions only: a vector of 64-bit ones
-    # compiles to a call per element (session 12: 255 registers, spills, a 3.5x slower merge).
-    safe = tl.maximum(total, 1).to(tl.int64)
-    p_lo = (((first + 1).to(tl.int64) * num_programs - 1) // safe).to(tl.int32)
-    p_hi = (((first + n_tiles).to(tl.int64) * num_programs - 1) // safe).to(tl.int32)
+    # The sequence's tiles are in programs p_lo..p_hi, each of which has some (first_tile). Scalar
+    # divisions only: a vector of 64-bit ones compiles to a call per element (session 12: 255
+    # registers, spills, a 3.5x slower merge).
+    p_lo = tile_program(first, total, num_programs)
+    p_hi = tile_program(first + n_tiles - 1, total, num_programs)
     used = tl.where(n_tiles > 0, p_hi - p_lo + 1, 0)
     tails = (num_slots - tail_base) // batch_size
     count = used + tails
     m = tl.full([], float("-inf"), tl.float32)
     l = tl.zeros([], tl.float32)
     acc = tl.zeros([D], tl.float32)
+    if PDL:
+        gdc_wait()      # launched as a dependent grid: the split programs' results are complete from here
     for c0 in range(0, count, CHUNK):
         k = c0 + tl.arange(0, CHUNK)
         smask = k < count
@@ -271,9 +298,8 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         alpha = tl.exp2(m - m_safe)
         w = tl.exp2(lse - m_safe)
-        # an empty program wrote its lse only
-        parts = tl.load(part_out_ptr + (row + slots)[:, None] * D + dims[None, :],
-                        mask=(smask & (lse > float("-inf")))[:, None], other=0.0)
+        # every slot read was written (first_tile): the parts load need not wait for the lse's
+        parts = tl.load(part_out_ptr + (row + slots)[:, None] * D + dims[None, :], mask=smask[:, None], other=0.0)
         acc = acc * alpha + tl.sum(parts * w[:, None], axis=0)
         l = l * alpha + tl.sum(w, axis=0)
         m = m_new
@@ -499,6 +525,11 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         part_out, part_lse = workspace
         assert part_lse.numel() >= Hq * num_slots and part_out.numel() >= Hq * num_slots * D, \
             "int2 decode: workspace smaller than B * Hq * partial_slots(...) rows"
+    # Programmatic dependent launches (sm_90+; not under the interpreter): tail -> split -> merge,
+    # each launch starting while the one before finishes, each waiting for it where it must
+    # (gdc_wait: the merge before reading partial results, the split at its end)
+    pdl = not interpreting() and q_rot.is_cuda and \
+        torch.cuda.get_device_capability(q_rot.device)[0] >= 9
     lv = LLOYD_MAX_LEVELS
     levels = dict(LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3])
     offsets = dict(OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
@@ -507,21 +538,22 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                   block_table, block_table.stride(0))
     heads = dict(BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size, RATIO=ratio, TILES=tiles, NUM_Q_HEADS=Hq,
                  BLOCK_H=block_h, **offsets, **levels, DOT=dot_dtype(q_rot.dtype), FAST=not interpreting())
-    _int2_decode_split_kernel[(num_programs, grid_heads)](
-        q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
-        part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
-        BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
-        TABLE_AHEAD=bool(table_ahead), **heads,
-        num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
-        **({} if maxnreg is None else {"maxnreg": maxnreg}))
-    if tail_programs:
+    if tail_programs:   # first: the merge is launched right after the split launch, as its dependent
         _int2_decode_tail_kernel[(B, grid_heads, tail_programs)](
             q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
             part_out, part_lse, sm_scale * LOG2E, num_slots, tail_base, int(sinks), window_len,
             *cen, *_window_args(window, q_rot),
-            TAIL_N=TAIL_N, SINKS=int(sinks), WBS=window[0].shape[1] if window else 16, **heads,
+            TAIL_N=TAIL_N, SINKS=int(sinks), WBS=window[0].shape[1] if window else 16, PDL=pdl, **heads,
             num_warps=4)   # one short tile: 4 warps keep it free of spills and load it in parallel
+    _int2_decode_split_kernel[(num_programs, grid_heads)](
+        q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
+        part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
+        BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
+        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=pdl and bool(tail_programs), **heads,
+        num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
+        **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if pdl and tail_programs else {}))
     _int2_decode_merge_kernel[(B, Hq)](
         part_out, part_lse, seq_lens, num_programs, num_slots, B, tail_base, int(sinks), window_len,
-        out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D), BLOCK_N=block_n)
+        out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D), BLOCK_N=block_n,
+        PDL=pdl, **({"launch_pdl": True} if pdl else {}))
     return out
