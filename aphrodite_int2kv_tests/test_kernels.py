@@ -304,6 +304,10 @@ def test_decode_launch_config_depends_on_batch_only():
         == [True, False, True, False, True, True]
     # the tile travels with the launch (one source for the tile and its table_ahead)
     assert [decode_launch_config(8, 4, 8, 128, fold=f).kwargs()["fold"] for f in (True, False)] == [True, False]
+    # the split launch chained after the tail's only where its grid fills a wave (batch 1 at 4 KV
+    # heads: 256 splits, 1,024 of 1,584 slots at head_dim 128; head_dim 256 batch 2: 1,024 of 1,056)
+    assert [decode_launch_config(b, 4, 8, 128).chain_tail for b in (1, 2, 8, 64)] == [False, True, True, True]
+    assert [decode_launch_config(b, 2, 8, 256).chain_tail for b in (1, 2, 8)] == [False, False, True]
 
 
 KERNELS = {"decode": ("_int2_decode_split_kernel", "_int2_decode_tail_kernel", "_int2_decode_merge_kernel"),
@@ -608,7 +612,8 @@ def test_decode_reads_the_recent_window_in_full_precision(R, wbs):
 def test_decode_dependent_launches_wait_for_the_results_they_read(R):
     """On sm_90+ the merge is a programmatic dependent of the split launch (and, with a window, the
     split of the tail launch): it may start while the split programs run and must wait (gdc_wait)
-    before reading their partial results. Two long sequences on 2 programs each: the split programs
+    before reading their partial results (with the window, chain_tail: the split waits for the tail
+    at its end). Two long sequences on 2 programs each: the split programs
     run long and leave the GPU free for the merge's, so a merge reading before the split launch
     completed reads the NaN the workspace is filled with before each replay. As the engine runs it:
     captured in a CUDA graph, replayed 10 times. (Fails with the merge's gdc_wait removed: H200,
@@ -623,7 +628,8 @@ def test_decode_dependent_launches_wait_for_the_results_they_read(R):
     slots = partial_slots(2, 0, R)
     ws = (torch.empty(len(seq_lens) * Hq * slots * D, device=DEVICE), torch.empty(len(seq_lens) * Hq * slots, device=DEVICE))
     out = torch.empty_like(q)
-    run = lambda: int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, out=out, workspace=ws, window=window, fold=True)  # noqa: E731
+    run = lambda: int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, out=out, workspace=ws, window=window, fold=True,  # noqa: E731
+                              chain_tail=True)
     run()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -356,11 +356,13 @@ class DecodeLaunch:
     table_ahead: bool = False
     fold: bool = True        # the tile (folded or per-code): table_ahead was chosen for it
     maxnreg: int | None = None
+    chain_tail: bool = False
 
     def kwargs(self) -> dict:
         """int2_decode's launch arguments (all but num_splits), the tile included."""
         return dict(block_n=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages,
-                    block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold, maxnreg=self.maxnreg)
+                    block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold, maxnreg=self.maxnreg,
+                    chain_tail=self.chain_tail)
 
 
 def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
@@ -405,13 +407,19 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
         splits = min(splits, max(1, max_seq_len // 256))
     splits = max(1, min(splits, 256))
     table_ahead = fold or head_dim > 128
+    # The split launch as the tail launch's dependent (int2_decode chain_tail) where its grid fills
+    # the wave (no room for one more split). With the window of 128 chaining took 0.62-0.92x the
+    # time at batch >= 2 (and 4K-32K batch 1), but 1.04-1.17x at 64K-128K batch 1, whose 256 splits
+    # leave a third of the slots free (H200, session13/decode_ab_b1chain_*.json; why is not known):
+    # batch 1 at 4 KV heads gives up its short-context gain for no long-context loss.
+    chain_tail = (splits + 1) * programs_per_split > per_sm * num_sms
     if head_dim <= 128:
         # the folded 8-head tile's loop needs 168 registers; left to itself, ptxas gives the kernel
         # 194 (the sequence loop around it: 10 programs per multiprocessor instead of 12); capped,
         # it spills a few of that loop's values, none inside the tile loop (benchmarks/sass_report.py)
         cap = 168 if fold and head_dim > 64 and block_h <= 8 else None
-        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold, cap)
-    return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead, fold)
+        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold, cap, chain_tail)
+    return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead, fold, None, chain_tail)
 
 
 TAIL_N = 32     # window tokens per tail program (and the sinks' tile)
@@ -471,7 +479,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 workspace: tuple[torch.Tensor, torch.Tensor] | None = None,
                 block_n: int = 64, num_warps: int = 4, num_stages: int | None = None, block_h: int | None = None,
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
-                _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False) -> torch.Tensor:
+                _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
+                chain_tail: bool = False) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -491,6 +500,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     tile (each code dequantized before its dot).
     `table_ahead`: the split loop loads each tile's block-table entries an iteration early, which
     lets Triton's pipeliner keep a tile's copies in flight (decode_launch_config says when it pays).
+    On sm_90+ GPUs the merge is launched as the split launch's programmatic dependent (it starts as
+    the split programs finish and waits for them before reading their results); `chain_tail`: the
+    split launch, too, as the tail launch's (with a window or sinks; decode_launch_config says when).
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
     per sequence) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
@@ -525,11 +537,12 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         part_out, part_lse = workspace
         assert part_lse.numel() >= Hq * num_slots and part_out.numel() >= Hq * num_slots * D, \
             "int2 decode: workspace smaller than B * Hq * partial_slots(...) rows"
-    # Programmatic dependent launches (sm_90+; not under the interpreter): tail -> split -> merge,
+    # Programmatic dependent launches (sm_90+; not under the interpreter): [tail ->] split -> merge,
     # each launch starting while the one before finishes, each waiting for it where it must
-    # (gdc_wait: the merge before reading partial results, the split at its end)
+    # (gdc_wait: the merge before reading partial results, a chained split at its end)
     pdl = not interpreting() and q_rot.is_cuda and \
         torch.cuda.get_device_capability(q_rot.device)[0] >= 9
+    chain = pdl and bool(chain_tail) and bool(tail_programs)
     lv = LLOYD_MAX_LEVELS
     levels = dict(LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3])
     offsets = dict(OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
@@ -543,15 +556,15 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
             q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
             part_out, part_lse, sm_scale * LOG2E, num_slots, tail_base, int(sinks), window_len,
             *cen, *_window_args(window, q_rot),
-            TAIL_N=TAIL_N, SINKS=int(sinks), WBS=window[0].shape[1] if window else 16, PDL=pdl, **heads,
+            TAIL_N=TAIL_N, SINKS=int(sinks), WBS=window[0].shape[1] if window else 16, PDL=chain, **heads,
             num_warps=4)   # one short tile: 4 warps keep it free of spills and load it in parallel
     _int2_decode_split_kernel[(num_programs, grid_heads)](
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
         part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
         BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
-        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=pdl and bool(tail_programs), **heads,
+        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
-        **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if pdl and tail_programs else {}))
+        **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if chain else {}))
     _int2_decode_merge_kernel[(B, Hq)](
         part_out, part_lse, seq_lens, num_programs, num_slots, B, tail_base, int(sinks), window_len,
         out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D), BLOCK_N=block_n,
