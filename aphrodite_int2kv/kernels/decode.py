@@ -226,7 +226,7 @@ def int2_positions(seq_len, head_len, window_len, BLOCK_N: tl.constexpr):
 @triton.jit
 def first_tile(program, total, num_programs):
     """The first of the batch's `total` int2 tiles program p (of num_programs P) reads; it reads
-    up to the next program's first. P >= total: tile p (programs from `total` on read none, so
+    up to the next program's first. P > total: tile p (programs from `total` on read none, so
     every program a sequence's tiles span has some); else p * total // P, the inverse of
     tile_program."""
     dealt = ((program.to(tl.int64) * total) // num_programs).to(tl.int32)
