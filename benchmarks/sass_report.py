@@ -6,7 +6,7 @@ figures in docs/benchmarks.md: instructions per loop iteration and registers per
   e.g. python benchmarks/sass_report.py 128 32 8 8 64 1 16 16 3     (the engine's launch for 32q/4kv)
   FOLD=1 python benchmarks/sass_report.py ...                          (the folded tile, common.py)
   MAXNREG=168 FOLD=1 ...                                               (a register cap, as decode_launch_config's)
-  KERNEL=merge python benchmarks/sass_report.py [D CHUNK]              (the merge kernel: registers, stack, calls)
+  KERNEL=merge python benchmarks/sass_report.py [D CHUNK]              (the merge kernel, pointers 16-byte aligned: registers, stack, calls)
 Each loop of more than 100 instructions is reported with its spill loads/stores (LDL/STL).
 
 Needs triton (3.6.0 is the H200 image's; the CI venv's 3.9.0 also works, counts differ a little; it
@@ -49,7 +49,9 @@ def compile_merge(D=128, chunk=128):
     cx = {"D": D, "CHUNK": chunk, "BLOCK_N": 64}
     sig = {n: ("constexpr" if n in cx else "*i32" if n == "seq_lens_ptr" else "*bf16" if n == "out_ptr"
                else "*fp32" if n.endswith("_ptr") else "i32") for n in names}
-    src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in cx.items()})
+    # pointers 16-byte aligned, as torch allocates them (Triton specializes on that at launch)
+    aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr")}
+    src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in cx.items()}, attrs=aligned)
     return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
 
 
