@@ -73,6 +73,8 @@ def _int2_decode_split_kernel(
     ODD_SHIFT: tl.constexpr = 0,                 # SlotLayout.odd_shift (docs/format.md, "odd slots")
     PDL: tl.constexpr = False,                   # the merge is launched as a dependent grid (int2_decode)
     AFTER_TAIL: tl.constexpr = False,            # this launch is the tail launch's dependent
+    SHORT_N: tl.constexpr = 0,                   # > 0: shares dealt in SHORT_N-position units (see below)
+    SHORT_UNITS: tl.constexpr = 0,               # shares of <= SHORT_UNITS units run SHORT_N tiles
 ):
     if PDL:
         # lets the merge's programs start as this launch's programs finish (they wait in
@@ -92,26 +94,52 @@ def _int2_decode_split_kernel(
     # This launch reads int2 positions [lo, int2_len) of each sequence only (int2_positions): the
     # first head_len positions (uncentered sinks) and the last window_len (the full-precision recent
     # window) are read by the tail kernel, so no int2 program carries their code or their latency.
-    # The batch's int2 tiles, concatenated in batch order, are dealt evenly to the num_programs
-    # programs of this head tile; a program's share may span sequences (one partial result each).
-    total, _, _ = batch_tiles(seq_lens_ptr, batch_size, -1, 0, head_len, window_len, BLOCK_N)
+    # The batch's int2 units (UNIT positions of one sequence), concatenated in batch order, are
+    # dealt evenly to the num_programs programs of this head tile; a program's share may span
+    # sequences (one partial result each).
+    # Short shares: the wave lasts as long as its largest share, a whole unit more than the mean
+    # ones, so with few units per program (32K, batch 8: 10.45 tiles of 64 each, the largest 11) a
+    # smaller unit wastes less. With SHORT_N the units are SHORT_N positions; a share of at most
+    # SHORT_UNITS runs tiles of SHORT_N, a longer one tiles of BLOCK_N (the faster loop per
+    # position), its first tile starting up to SHORT_N early with those positions masked.
+    UNIT: tl.constexpr = SHORT_N if SHORT_N > 0 else BLOCK_N
+    total, _, _ = batch_tiles(seq_lens_ptr, batch_size, -1, 0, head_len, window_len, UNIT)
     t0 = first_tile(program, total, num_programs)
     t1 = first_tile(program + 1, total, num_programs)
-    _, batch, first = batch_tiles(seq_lens_ptr, batch_size, t0, 0, head_len, window_len, BLOCK_N)
+    _, batch, first = batch_tiles(seq_lens_ptr, batch_size, t0, 0, head_len, window_len, UNIT)
     while first < t1:
-        lo, base, int2_len, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, BLOCK_N)
+        lo, base, int2_len, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, UNIT)
         seg0 = tl.maximum(t0, first) - first
         seg1 = tl.minimum(t1, first + n_tiles) - first
         if seg1 > seg0:
-            # tiles start on multiples of BLOCK_N, positions below lo masked: a tile then never
-            # crosses a page when BLOCK_N divides the page size (common.py load_tile)
-            start = base + seg0 * BLOCK_N
-            end = tl.minimum(base + seg1 * BLOCK_N, int2_len)
-            split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo,
-                          block_table_ptr + batch * stride_bt, kv_head * stride_ch, stride_cb, stride_cs,
-                          cache_u8, cache_f16, part_out_ptr, part_lse_ptr, q_head * num_slots + program + batch,
-                          qk_scale, BLOCK_SIZE, D, G, BLOCK_H, BLOCK_N, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ,
-                          LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT)
+            # tiles start on multiples of their length, positions below lo masked: a tile then
+            # never crosses a page when its length divides the page size (common.py load_tile)
+            start = base + seg0 * UNIT
+            end = tl.minimum(base + seg1 * UNIT, int2_len)
+            row = q_head * num_slots + program + batch
+            table_row = block_table_ptr + batch * stride_bt
+            # a long share's tiles of BLOCK_N: the first starts up to SHORT_N early, masked
+            long_start = (start // BLOCK_N) * BLOCK_N
+            long_lo = tl.maximum(lo, start)
+            if SHORT_N > 0:
+                if t1 - t0 <= SHORT_UNITS:
+                    split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo,
+                                  table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
+                                  part_out_ptr, part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, SHORT_N,
+                                  OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD,
+                                  TABLE_AHEAD, ODD_SHIFT)
+                else:
+                    split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, long_start, end,
+                                  long_lo, table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8,
+                                  cache_f16, part_out_ptr, part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H,
+                                  BLOCK_N, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST,
+                                  FOLD, TABLE_AHEAD, ODD_SHIFT)
+            else:
+                split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, long_start, end, long_lo,
+                              table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
+                              part_out_ptr, part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, BLOCK_N,
+                              OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD,
+                              TABLE_AHEAD, ODD_SHIFT)
         first += n_tiles
         batch += 1
     if AFTER_TAIL:
@@ -357,12 +385,14 @@ class DecodeLaunch:
     fold: bool = True        # the tile (folded or per-code): table_ahead was chosen for it
     maxnreg: int | None = None
     chain_tail: bool = False
+    short_n: int = 0         # shares in units of short_n positions, short ones read in tiles of it
+    short_units: int = 0     # (int2_decode short_n / short_units)
 
     def kwargs(self) -> dict:
         """int2_decode's launch arguments (all but num_splits), the tile included."""
         return dict(block_n=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages,
                     block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold, maxnreg=self.maxnreg,
-                    chain_tail=self.chain_tail)
+                    chain_tail=self.chain_tail, short_n=self.short_n, short_units=self.short_units)
 
 
 def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
@@ -379,6 +409,14 @@ def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
     if head_dim <= 128:
         return 12 if fold and block_h <= 8 else 16
     return 8
+
+
+# Split shares of up to this many positions run 32-token tiles at head_dim <= 128 (folded): the
+# 64-token tiles' fixed cost per program (the wave waits for the largest share, a tile over the
+# mean) against their lower cost per position crossed at about 1,360 positions per program in
+# session 14's sweep (51.6 / 151.4 us with 64-token tiles, 48.4 / 158.1 with 32, at 32K / 128K
+# batch 8); 1,024 stays below it.
+SHORT_SHARE = 1024
 
 
 @functools.lru_cache(maxsize=1024)      # called per layer and step with a handful of distinct shapes
@@ -418,7 +456,13 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
         # 194 (the sequence loop around it: 10 programs per multiprocessor instead of 12); capped,
         # it spills a few of that loop's values, none inside the tile loop (benchmarks/sass_report.py)
         cap = 168 if fold and head_dim > 64 and block_h <= 8 else None
-        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold, cap, chain_tail)
+        # short shares in tiles of 32 (int2_decode short_n): at 32K, batch 8 the folded tile's
+        # programs hold 10.45 tiles of 64 on average and the wave waits for those with 11; in units
+        # of 32 (20.9, at most 21) it took 48.4 us against 51.6, while 32-token tiles throughout
+        # were 4-10 % slower per position where shares are long (128K batch 8, 32K batch 32;
+        # session14/call2_decode_sweep_d128.json). Shares of up to SHORT_SHARE positions run them.
+        short = dict(short_n=32, short_units=SHORT_SHARE // 32) if fold else {}
+        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold, cap, chain_tail, **short)
     return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead, fold, None, chain_tail)
 
 
@@ -480,7 +524,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 block_n: int = 64, num_warps: int = 4, num_stages: int | None = None, block_h: int | None = None,
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
                 _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
-                chain_tail: bool = False) -> torch.Tensor:
+                chain_tail: bool = False, short_n: int = 0, short_units: int = 0) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -503,6 +547,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     On sm_90+ GPUs the merge is launched as the split launch's programmatic dependent (it starts as
     the split programs finish and waits for them before reading their results); `chain_tail`: the
     split launch, too, as the tail launch's (with a window or sinks; decode_launch_config says when).
+    `short_n` > 0 (a divisor of block_n): the split programs share the batch's positions in units
+    of short_n, and a program whose share is at most `short_units` units reads it in tiles of
+    short_n instead of block_n (decode_launch_config says when).
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
     per sequence) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
@@ -562,11 +609,11 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
         part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
         BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
-        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, **heads,
+        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units, **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
         **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if chain else {}))
     _int2_decode_merge_kernel[(B, Hq)](
         part_out, part_lse, seq_lens, num_programs, num_slots, B, tail_base, int(sinks), window_len,
-        out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D), BLOCK_N=block_n,
+        out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D), BLOCK_N=short_n or block_n,
         PDL=pdl, **({"launch_pdl": True} if pdl else {}))
     return out
