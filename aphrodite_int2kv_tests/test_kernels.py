@@ -310,7 +310,7 @@ def test_decode_launch_config_depends_on_batch_only():
     assert [decode_launch_config(b, 2, 8, 256).chain_tail for b in (1, 2, 8)] == [False, False, True]
     # short shares in 32-token tiles: the folded tile at head_dim <= 128 only (measured there)
     assert [(decode_launch_config(8, 4, 8, D, fold=f).short_n, decode_launch_config(8, 4, 8, D, fold=f).short_units)
-            for D in (128, 256) for f in (True, False)] == [(32, 32), (0, 0), (0, 0), (0, 0)]
+            for D in (128, 256) for f in (True, False)] == [(32, 24), (0, 0), (0, 0), (0, 0)]
 
 
 KERNELS = {"decode": ("_int2_decode_split_kernel", "_int2_decode_tail_kernel", "_int2_decode_merge_kernel"),
@@ -693,16 +693,18 @@ def split_shares(tiles: list[int], programs: int) -> set[tuple[int, int]]:
     return pairs
 
 
-@pytest.mark.parametrize("fold,splits,short", [(True, 3, 0), (False, 3, 0), (True, 12, 0), (True, 3, 8), (False, 3, 8)])
-def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, short):
+@pytest.mark.parametrize("fold,splits,block_n,short_n,short_units", [
+    (True, 3, 16, 0, 0), (False, 3, 16, 0, 0), (True, 12, 16, 0, 0),
+    (True, 3, 32, 16, 3), (False, 3, 32, 16, 3), (True, 3, 32, 16, 2)])
+def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, block_n, short_n, short_units):
     """The batch's int2 tiles are dealt evenly to num_splits * B programs per head tile, a share
     crossing sequences writing one partial result for each (program p's for sequence b at slot
     p + b); the merge reads those slots and the tail's only. The workspace starts as NaN, so a slot
     merged but never written shows. Sequences of 0 to 15 tiles of 16 positions, two without int2
     tiles (all sinks and window), with 5 sinks and a window of 20; 3 programs per sequence (18 for
     43 tiles) or 12 (72 programs: the first 43 take one tile each, the others none and write nothing).
-    short = 8: shares dealt in units of 8 positions (83 units, 4 or 5 per program); shares of 4
-    read tiles of 8, shares of 5 tiles of 16 whose first may start a unit early (masked)."""
+    Short shares (short_n 16, block_n 32): the 43 tiles of 16 average 2.4 per program, so with
+    short_units 3 the launch deals tiles of 16, with short_units 2 tiles of 32 (23)."""
     D, Hq, Hkv, S, R = 128, 8, 2, 5, 20
     L = SlotLayout(D, 64)
     seq_lens = [S + R + 200, 3, 0, S + R + 17, 250, S + R + 16 * 12 - 3]
@@ -715,7 +717,7 @@ def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, s
     ws = (torch.full((B * Hq * slots * D,), float("nan"), device=DEVICE),
           torch.full((B * Hq * slots,), float("nan"), device=DEVICE))
     out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, k_center=c, sinks=S, window=(k_win, v_win, wbt, R),
-                      workspace=ws, fold=fold, block_n=16, short_n=short, short_units=4)
+                      workspace=ws, fold=fold, block_n=block_n, short_n=short_n, short_units=short_units)
     assert torch.isfinite(out).all() and (out[2] == 0).all()
     for b, n in enumerate(seq_lens):
         if n:
@@ -726,9 +728,9 @@ def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, s
             ref = R_.attend(q[b:b + 1], k, v, D ** -0.5)
             torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
     # the split slots written are exactly the balanced shares' (tiles from position 0: 5 sinks < 16)
-    unit = short or 16
+    unit = short_n if short_n and short_units * splits * B >= 43 else block_n
     tiles = [-(-max(n - R, 0) // unit) for n in seq_lens]
-    assert tiles == ([26, 0, 0, 3, 29, 25] if short else [13, 0, 0, 2, 15, 13])
+    assert tiles == ([13, 0, 0, 2, 15, 13] if unit == 16 else [7, 0, 0, 1, 8, 7])
     P = splits * B
     written_slots = (~torch.isnan(ws[1].view(Hq, B * slots)[0, :P + B])).nonzero().flatten().tolist()
     assert written_slots == sorted(p + b for p, b in split_shares(tiles, P))

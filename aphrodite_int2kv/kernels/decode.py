@@ -73,8 +73,8 @@ def _int2_decode_split_kernel(
     ODD_SHIFT: tl.constexpr = 0,                 # SlotLayout.odd_shift (docs/format.md, "odd slots")
     PDL: tl.constexpr = False,                   # the merge is launched as a dependent grid (int2_decode)
     AFTER_TAIL: tl.constexpr = False,            # this launch is the tail launch's dependent
-    SHORT_N: tl.constexpr = 0,                   # > 0: shares dealt in SHORT_N-position units (see below)
-    SHORT_UNITS: tl.constexpr = 0,               # shares of <= SHORT_UNITS units run SHORT_N tiles
+    SHORT_N: tl.constexpr = 0,                   # > 0: short shares in tiles of SHORT_N (share_tiles)
+    SHORT_UNITS: tl.constexpr = 0,
 ):
     if PDL:
         # lets the merge's programs start as this launch's programs finish (they wait in
@@ -94,48 +94,49 @@ def _int2_decode_split_kernel(
     # This launch reads int2 positions [lo, int2_len) of each sequence only (int2_positions): the
     # first head_len positions (uncentered sinks) and the last window_len (the full-precision recent
     # window) are read by the tail kernel, so no int2 program carries their code or their latency.
-    # The batch's int2 units (UNIT positions of one sequence), concatenated in batch order, are
-    # dealt evenly to the num_programs programs of this head tile; a program's share may span
-    # sequences (one partial result each).
-    # Short shares: the wave lasts as long as its largest share, a whole unit more than the mean
-    # ones, so with few units per program (32K, batch 8: 10.45 tiles of 64 each, the largest 11) a
-    # smaller unit wastes less. With SHORT_N the units are SHORT_N positions; a share of at most
-    # SHORT_UNITS runs tiles of SHORT_N, a longer one tiles of BLOCK_N (the faster loop per
-    # position), its first tile starting up to SHORT_N early with those positions masked.
-    UNIT: tl.constexpr = SHORT_N if SHORT_N > 0 else BLOCK_N
-    total, _, _ = batch_tiles(seq_lens_ptr, batch_size, -1, 0, head_len, window_len, UNIT)
+    # The batch's int2 tiles, concatenated in batch order, are dealt evenly to the num_programs
+    # programs of this head tile; a program's share may span sequences (one partial result each).
+    # Short shares (SHORT_N > 0): the wave lasts as long as its largest share, a whole tile over
+    # the mean when programs hold few tiles (32K, batch 8: 10.45 tiles of 64 on average, the
+    # largest 11). Where the shares average at most SHORT_UNITS tiles of SHORT_N (and at least
+    # one), the launch deals tiles of SHORT_N instead (share_tiles): the same decision in every
+    # program and in the merge.
+    total, short = share_tiles(seq_lens_ptr, batch_size, num_programs, head_len, window_len,
+                               BLOCK_N, SHORT_N, SHORT_UNITS)
+    if SHORT_N > 0:
+        unit = tl.where(short, SHORT_N, BLOCK_N)
+    else:
+        unit = BLOCK_N
     t0 = first_tile(program, total, num_programs)
     t1 = first_tile(program + 1, total, num_programs)
-    _, batch, first = batch_tiles(seq_lens_ptr, batch_size, t0, 0, head_len, window_len, UNIT)
+    _, batch, first = batch_tiles(seq_lens_ptr, batch_size, t0, 0, head_len, window_len, BLOCK_N, SHORT_N, short)
     while first < t1:
-        lo, base, int2_len, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, UNIT)
+        lo, base, int2_len, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len,
+                                                     BLOCK_N, SHORT_N, short)
         seg0 = tl.maximum(t0, first) - first
         seg1 = tl.minimum(t1, first + n_tiles) - first
         if seg1 > seg0:
             # tiles start on multiples of their length, positions below lo masked: a tile then
             # never crosses a page when its length divides the page size (common.py load_tile)
-            start = base + seg0 * UNIT
-            end = tl.minimum(base + seg1 * UNIT, int2_len)
+            start = base + seg0 * unit
+            end = tl.minimum(base + seg1 * unit, int2_len)
             row = q_head * num_slots + program + batch
             table_row = block_table_ptr + batch * stride_bt
-            # a long share's tiles of BLOCK_N: the first starts up to SHORT_N early, masked
-            long_start = (start // BLOCK_N) * BLOCK_N
-            long_lo = tl.maximum(lo, start)
             if SHORT_N > 0:
-                if t1 - t0 <= SHORT_UNITS:
+                if short:
                     split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo,
                                   table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
                                   part_out_ptr, part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, SHORT_N,
                                   OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD,
                                   TABLE_AHEAD, ODD_SHIFT)
                 else:
-                    split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, long_start, end,
-                                  long_lo, table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8,
-                                  cache_f16, part_out_ptr, part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H,
-                                  BLOCK_N, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST,
-                                  FOLD, TABLE_AHEAD, ODD_SHIFT)
+                    split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo,
+                                  table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
+                                  part_out_ptr, part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, BLOCK_N,
+                                  OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD,
+                                  TABLE_AHEAD, ODD_SHIFT)
             else:
-                split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, long_start, end, long_lo,
+                split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo,
                               table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
                               part_out_ptr, part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, BLOCK_N,
                               OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD,
@@ -241,14 +242,32 @@ def _int2_decode_tail_kernel(
 
 
 @triton.jit
-def int2_positions(seq_len, head_len, window_len, BLOCK_N: tl.constexpr):
+def int2_positions(seq_len, head_len, window_len, BLOCK_N: tl.constexpr, SHORT_N: tl.constexpr = 0, short=False):
     """A sequence's part in the split launch: (lo, base, int2_len, tiles). It reads positions
     [lo, int2_len) (the sinks before lo and the window after int2_len are the tail's) in tiles of
-    BLOCK_N from base, lo rounded down to a tile."""
+    BLOCK_N -- of SHORT_N where `short` (share_tiles) -- from base, lo rounded down to a tile."""
     int2_len = tl.maximum(seq_len - window_len, 0)
     lo = tl.minimum(head_len, int2_len)
+    if SHORT_N > 0:
+        base = tl.where(short, (lo // SHORT_N) * SHORT_N, (lo // BLOCK_N) * BLOCK_N)
+        n = tl.where(short, tl.cdiv(int2_len - base, SHORT_N), tl.cdiv(int2_len - base, BLOCK_N))
+        return lo, base, int2_len, n
     base = (lo // BLOCK_N) * BLOCK_N
     return lo, base, int2_len, tl.cdiv(int2_len - base, BLOCK_N)
+
+
+@triton.jit
+def share_tiles(seq_lens_ptr, batch_size, num_programs, head_len, window_len, BLOCK_N: tl.constexpr,
+                SHORT_N: tl.constexpr, SHORT_UNITS: tl.constexpr):
+    """(total, short): the batch's int2 tiles the num_programs programs share, and whether they
+    are tiles of SHORT_N -- where the mean share is 1 to SHORT_UNITS of them -- or of BLOCK_N.
+    Computed alike by every split program and by the merge, from the lengths alone."""
+    total, _, _ = batch_tiles(seq_lens_ptr, batch_size, -1, 0, head_len, window_len, BLOCK_N)
+    if SHORT_N > 0:
+        units, _, _ = batch_tiles(seq_lens_ptr, batch_size, -1, 0, head_len, window_len, SHORT_N)
+        short = (units >= num_programs) & (units <= SHORT_UNITS * num_programs)
+        return tl.where(short, units, total), short
+    return total, False
 
 
 @triton.jit
@@ -269,18 +288,20 @@ def tile_program(tile, total, num_programs):
 
 
 @triton.jit
-def batch_tiles(seq_lens_ptr, batch_size, upto_tile, upto_seq, head_len, window_len, BLOCK_N: tl.constexpr):
+def batch_tiles(seq_lens_ptr, batch_size, upto_tile, upto_seq, head_len, window_len, BLOCK_N: tl.constexpr,
+                SHORT_N: tl.constexpr = 0, short=False):
     """The batch's int2 tiles concatenated in batch order: (total, done, tiles_done), where `done`
     counts the sequences whose tiles all come before tile `upto_tile` -- or, upto_tile < 0, the
     first `upto_seq` sequences -- and tiles_done is their tile count. With upto_tile = t, `done` is
-    the sequence holding tile t and tiles_done its first tile. 64 sequences at a time."""
+    the sequence holding tile t and tiles_done its first tile. 64 sequences at a time. Tiles of
+    BLOCK_N, or of SHORT_N where `short` (int2_positions)."""
     total = 0
     done = 0
     tiles_done = 0
     for c0 in range(0, batch_size, 64):
         seqs = c0 + tl.arange(0, 64)
         seq_len = tl.load(seq_lens_ptr + seqs, mask=seqs < batch_size, other=0)
-        _, _, _, n = int2_positions(seq_len, head_len, window_len, BLOCK_N)
+        _, _, _, n = int2_positions(seq_len, head_len, window_len, BLOCK_N, SHORT_N, short)
         ends = total + tl.cumsum(n, 0)
         before = (seqs < batch_size) & ((ends <= upto_tile) | (seqs < upto_seq))
         done += tl.sum(before.to(tl.int32), 0)
@@ -293,7 +314,7 @@ def batch_tiles(seq_lens_ptr, batch_size, upto_tile, upto_seq, head_len, window_
 def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_programs, num_slots, batch_size,
                               tail_base, head_len, window_len, out_ptr, stride_ob, stride_oh,
                               D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr,
-                              PDL: tl.constexpr = False):
+                              PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0):
     """Grid (batch, num_q_heads): log-sum-exp merge of a row's partial results, CHUNK slots at a
     time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2(l_i), so it enters the running
     softmax state with weight exp2(lse_i - m)). It reads the slots the split programs holding the
@@ -302,8 +323,10 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
     head = tl.program_id(1)
     dims = tl.arange(0, D)
     row = head * num_slots
-    total, _, first = batch_tiles(seq_lens_ptr, batch_size, -1, batch, head_len, window_len, BLOCK_N)
-    _, _, _, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, BLOCK_N)
+    total, short = share_tiles(seq_lens_ptr, batch_size, num_programs, head_len, window_len, BLOCK_N, SHORT_N,
+                               SHORT_UNITS)       # the split launch's tiles
+    _, _, first = batch_tiles(seq_lens_ptr, batch_size, -1, batch, head_len, window_len, BLOCK_N, SHORT_N, short)
+    _, _, _, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, BLOCK_N, SHORT_N, short)
     # The sequence's tiles are in programs p_lo..p_hi, each of which has some (first_tile). Scalar
     # divisions only: a vector of 64-bit ones compiles to a call per element (session 12: 255
     # registers, spills, a 3.5x slower merge).
@@ -411,12 +434,12 @@ def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
     return 8
 
 
-# Split shares of up to this many positions run 32-token tiles at head_dim <= 128 (folded): the
-# 64-token tiles' fixed cost per program (the wave waits for the largest share, a tile over the
-# mean) against their lower cost per position crossed at about 1,360 positions per program in
-# session 14's sweep (51.6 / 151.4 us with 64-token tiles, 48.4 / 158.1 with 32, at 32K / 128K
-# batch 8); 1,024 stays below it.
-SHORT_SHARE = 1024
+# Split launches whose shares average at most this many positions (and at least 32) deal and read
+# tiles of 32 at head_dim <= 128 (folded; int2_decode short_n). Tiles of 64 cost less per position,
+# but the wave waits for the largest share, a tile over the mean. Session 14 (H200, head_dim 128,
+# against 64-token tiles; session14/call3_decode_ab_short_d128.json): 0.88-0.96x the time at means
+# of 2.6-21 tiles of 32 (4K-32K batch 8, 16K-128K batch 2), 1.006x at 31 (48K batch 8).
+SHORT_SHARE = 768
 
 
 @functools.lru_cache(maxsize=1024)      # called per layer and step with a handful of distinct shapes
@@ -456,11 +479,8 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
         # 194 (the sequence loop around it: 10 programs per multiprocessor instead of 12); capped,
         # it spills a few of that loop's values, none inside the tile loop (benchmarks/sass_report.py)
         cap = 168 if fold and head_dim > 64 and block_h <= 8 else None
-        # short shares in tiles of 32 (int2_decode short_n): at 32K, batch 8 the folded tile's
-        # programs hold 10.45 tiles of 64 on average and the wave waits for those with 11; in units
-        # of 32 (20.9, at most 21) it took 48.4 us against 51.6, while 32-token tiles throughout
-        # were 4-10 % slower per position where shares are long (128K batch 8, 32K batch 32;
-        # session14/call2_decode_sweep_d128.json). Shares of up to SHORT_SHARE positions run them.
+        # short shares in tiles of 32 (int2_decode short_n): at 32K, batch 8 the programs hold
+        # 10.45 tiles of 64 on average and the wave waits for those with 11 (SHORT_SHARE)
         short = dict(short_n=32, short_units=SHORT_SHARE // 32) if fold else {}
         return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold, cap, chain_tail, **short)
     return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead, fold, None, chain_tail)
@@ -547,9 +567,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     On sm_90+ GPUs the merge is launched as the split launch's programmatic dependent (it starts as
     the split programs finish and waits for them before reading their results); `chain_tail`: the
     split launch, too, as the tail launch's (with a window or sinks; decode_launch_config says when).
-    `short_n` > 0 (a divisor of block_n): the split programs share the batch's positions in units
-    of short_n, and a program whose share is at most `short_units` units reads it in tiles of
-    short_n instead of block_n (decode_launch_config says when).
+    `short_n` > 0 (a divisor of block_n, >= 16): where the programs' shares would average 1 to
+    `short_units` tiles of short_n, the launch deals and reads tiles of short_n instead of block_n
+    (decode_launch_config says when).
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
     per sequence) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
@@ -614,6 +634,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if chain else {}))
     _int2_decode_merge_kernel[(B, Hq)](
         part_out, part_lse, seq_lens, num_programs, num_slots, B, tail_base, int(sinks), window_len,
-        out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D), BLOCK_N=short_n or block_n,
-        PDL=pdl, **({"launch_pdl": True} if pdl else {}))
+        out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D), BLOCK_N=block_n,
+        PDL=pdl, SHORT_N=short_n, SHORT_UNITS=short_units, **({"launch_pdl": True} if pdl else {}))
     return out
