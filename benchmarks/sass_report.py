@@ -40,7 +40,7 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
               ODD_SHIFT=int(os.environ.get("ODD_SHIFT", L.odd_shift)))   # kernel parameter order
     # short shares in tiles of SHORT_N (decode_launch_config's short_n; 0: none)
     cx.update(PDL=False, AFTER_TAIL=False, SHORT_N=int(os.environ.get("SHORT_N") or 0),
-              SHORT_UNITS=int(os.environ.get("SHORT_UNITS", "32")))
+              SHORT_UNITS=int(os.environ.get("SHORT_UNITS", "24")))
     for k in cx: sig[k] = "constexpr"
     src = ASTSource(fn=dec._int2_decode_split_kernel, signature=sig, constexprs={(list(sig).index(k),): v for k, v in cx.items()},
                     attrs={(list(sig).index(k),): [["tt.divisibility", 16]] for k in ("q_ptr","stride_qb","stride_qh","cache_u8","cache_f16","stride_cb","stride_cs","stride_ch","block_table_ptr","seq_lens_ptr","part_out_ptr","part_lse_ptr")})
@@ -50,7 +50,9 @@ def compile_merge(D=128, chunk=128):
     """The merge kernel, every pointer fp32 but seq_lens (int32) and out (bf16), every runtime int i32."""
     fn = dec._int2_decode_merge_kernel
     names = fn.arg_names
-    cx = {"D": D, "CHUNK": chunk, "BLOCK_N": 64}
+    # every constexpr as the H200 launches it (PDL on; short shares with SHORT_N=32)
+    cx = {"D": D, "CHUNK": chunk, "BLOCK_N": 64, "PDL": True, "SHORT_N": int(os.environ.get("SHORT_N") or 0),
+          "SHORT_UNITS": int(os.environ.get("SHORT_UNITS", "24"))}
     sig = {n: ("constexpr" if n in cx else "*i32" if n == "seq_lens_ptr" else "*bf16" if n == "out_ptr"
                else "*fp32" if n.endswith("_ptr") else "i32") for n in names}
     # pointers 16-byte aligned, as torch allocates them (Triton specializes on that at launch)

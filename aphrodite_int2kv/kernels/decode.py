@@ -101,8 +101,8 @@ def _int2_decode_split_kernel(
     # largest 11). Where the shares average at most SHORT_UNITS tiles of SHORT_N (and at least
     # one), the launch deals tiles of SHORT_N instead (share_tiles): the same decision in every
     # program and in the merge.
-    total, short = share_tiles(seq_lens_ptr, batch_size, num_programs, head_len, window_len,
-                               BLOCK_N, SHORT_N, SHORT_UNITS)
+    total, short, _ = share_tiles(seq_lens_ptr, batch_size, num_programs, 0, head_len, window_len,
+                                  BLOCK_N, SHORT_N, SHORT_UNITS)
     if SHORT_N > 0:
         unit = tl.where(short, SHORT_N, BLOCK_N)
     else:
@@ -257,17 +257,32 @@ def int2_positions(seq_len, head_len, window_len, BLOCK_N: tl.constexpr, SHORT_N
 
 
 @triton.jit
-def share_tiles(seq_lens_ptr, batch_size, num_programs, head_len, window_len, BLOCK_N: tl.constexpr,
+def share_tiles(seq_lens_ptr, batch_size, num_programs, upto_seq, head_len, window_len, BLOCK_N: tl.constexpr,
                 SHORT_N: tl.constexpr, SHORT_UNITS: tl.constexpr):
-    """(total, short): the batch's int2 tiles the num_programs programs share, and whether they
-    are tiles of SHORT_N -- where the mean share is 1 to SHORT_UNITS of them -- or of BLOCK_N.
-    Computed alike by every split program and by the merge, from the lengths alone."""
-    total, _, _ = batch_tiles(seq_lens_ptr, batch_size, -1, 0, head_len, window_len, BLOCK_N)
+    """(total, short, tiles_done): the batch's int2 tiles the num_programs programs share, whether
+    they are tiles of SHORT_N -- where the mean share is 1 to SHORT_UNITS of them -- or of BLOCK_N,
+    and the tiles of the first `upto_seq` sequences. Computed alike by every split program and by
+    the merge, from the lengths alone, in one pass (a second pass over the lengths cost the short
+    batches ~1 us: a load latency)."""
     if SHORT_N > 0:
-        units, _, _ = batch_tiles(seq_lens_ptr, batch_size, -1, 0, head_len, window_len, SHORT_N)
+        total = 0
+        units = 0
+        done = 0
+        units_done = 0
+        for c0 in range(0, batch_size, 64):
+            seqs = c0 + tl.arange(0, 64)
+            seq_len = tl.load(seq_lens_ptr + seqs, mask=seqs < batch_size, other=0)
+            _, _, _, n = int2_positions(seq_len, head_len, window_len, BLOCK_N)
+            _, _, _, u = int2_positions(seq_len, head_len, window_len, SHORT_N)
+            before = seqs < upto_seq
+            total += tl.sum(n, 0)
+            units += tl.sum(u, 0)
+            done += tl.sum(tl.where(before, n, 0), 0)
+            units_done += tl.sum(tl.where(before, u, 0), 0)
         short = (units >= num_programs) & (units <= SHORT_UNITS * num_programs)
-        return tl.where(short, units, total), short
-    return total, False
+        return tl.where(short, units, total), short, tl.where(short, units_done, done)
+    total, _, done = batch_tiles(seq_lens_ptr, batch_size, -1, upto_seq, head_len, window_len, BLOCK_N)
+    return total, False, done
 
 
 @triton.jit
@@ -323,9 +338,8 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
     head = tl.program_id(1)
     dims = tl.arange(0, D)
     row = head * num_slots
-    total, short = share_tiles(seq_lens_ptr, batch_size, num_programs, head_len, window_len, BLOCK_N, SHORT_N,
-                               SHORT_UNITS)       # the split launch's tiles
-    _, _, first = batch_tiles(seq_lens_ptr, batch_size, -1, batch, head_len, window_len, BLOCK_N, SHORT_N, short)
+    total, short, first = share_tiles(seq_lens_ptr, batch_size, num_programs, batch, head_len, window_len,
+                                      BLOCK_N, SHORT_N, SHORT_UNITS)      # the split launch's tiles
     _, _, _, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, BLOCK_N, SHORT_N, short)
     # The sequence's tiles are in programs p_lo..p_hi, each of which has some (first_tile). Scalar
     # divisions only: a vector of 64-bit ones compiles to a call per element (session 12: 255
