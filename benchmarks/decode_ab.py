@@ -20,7 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-from benchmarks.decode_attention import Timer, log, random_int2_cache, write_sweep  # noqa: E402
+from benchmarks.decode_attention import Timer, log, random_int2_cache, window_pages, write_sweep  # noqa: E402
 from aphrodite_int2kv.int2 import reference as R  # noqa: E402
 from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first, rotate_odd_slots  # noqa: E402
 from aphrodite_int2kv.kernels import decode as new  # noqa: E402
@@ -44,18 +44,6 @@ def paged_batch(layout, lens, block_size, num_kv_heads, heads_first=True):
     return cache, table, torch.tensor(lens, dtype=torch.int32, device="cuda")
 
 
-def window_pages(batch, max_len, num_kv_heads, head_dim, R, wbs=48):
-    """The int2_decode `window` of a batch: random bf16 K/V pages [blocks, wbs, Hkv, D] for the
-    last R positions of each sequence (older logical blocks point at page 0, never read)."""
-    nlog = math.ceil(max_len / wbs)
-    need = min(nlog, math.ceil(R / wbs) + 1)
-    k_win = torch.randn(batch * need + 1, wbs, num_kv_heads, head_dim, device="cuda", dtype=torch.bfloat16)
-    table = torch.zeros(batch, nlog, dtype=torch.int32, device="cuda")
-    table[:, nlog - need:] = (1 + torch.arange(batch, device="cuda")[:, None] * need
-                              + torch.arange(need, device="cuda")[None, :]).int()
-    return (k_win, torch.randn_like(k_win), table, R)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline-path", required=True, help="directory holding the renamed baseline package")
@@ -67,6 +55,9 @@ def main():
     ap.add_argument("--batches", default="8,32,64")
     ap.add_argument("--per-sm", default="", help="extra split counts for the new side: programs per SM")
     ap.add_argument("--variants", default="", help="extra new-side tiles: block_n/num_warps/num_stages,...")
+    ap.add_argument("--short", default="",
+                    help="extra new-side launches with other short shares: short_n/short_units,... (0/0: one "
+                         "loop of block_n; 32/0: both loops compiled, never short)")
     ap.add_argument("--head-major", action="store_true",
                     help="also time the new side on the same pages read heads first (pages_heads_first)")
     ap.add_argument("--heads-first", action="store_true",
@@ -116,6 +107,10 @@ def main():
                         splits = max(1, min(256, per_sm * sms // (B * Hkv * math.ceil(Hq // Hkv / ncfg.block_h))))
                         kw = dict(ncfg.kwargs(), block_n=bn, num_warps=nw, num_stages=ns)
                         sides.append((f"new/{per_sm}/{bn}/{nw}/{ns}", new.int2_decode, splits, kw))
+                for v in [v for v in args.short.split(",") if v]:
+                    sn, su = map(int, v.split("/"))
+                    sides.append((f"new/short{sn}/{su}", new.int2_decode, ncfg.num_splits,
+                                  dict(ncfg.kwargs(), short_n=sn, short_units=su)))
                 if args.head_major:   # the same pages, each page's slots heads first
                     hm = pages_heads_first(cache)
                     ref_hm = R.decode_reference(q[:2].float(), hm, table[:2], short[:2], L, D ** -0.5)

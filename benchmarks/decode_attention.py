@@ -36,6 +36,20 @@ from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first, rotate_o
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, partial_slots, pick_num_splits  # noqa: E402
 
 
+def window_pages(batch, max_len, num_kv_heads, head_dim, R, wbs=48, device="cuda"):
+    """The int2_decode `window` of a batch: random bf16 K/V pages [blocks, wbs, Hkv, D] for the
+    last R positions of sequences of length max_len (their logical blocks and one more; older ones
+    point at page 0, never read, as in a sliding-window cache), the block table [batch, logical
+    blocks] int32, and R."""
+    nlog = math.ceil(max_len / wbs)
+    need = min(nlog, math.ceil(R / wbs) + 1)
+    k_win = torch.randn(batch * need + 1, wbs, num_kv_heads, head_dim, device=device, dtype=torch.bfloat16)
+    table = torch.zeros(batch, nlog, dtype=torch.int32, device=device)
+    table[:, nlog - need:] = (1 + torch.arange(batch, device=device)[:, None] * need
+                              + torch.arange(need, device=device)[None, :]).int()
+    return (k_win, torch.randn_like(k_win), table, R)
+
+
 def log(*a):
     print(*a, flush=True)
 
@@ -343,13 +357,7 @@ def main():
                         # at G = 32). Only the blocks of the last R positions get pages, as in a
                         # sliding-window cache; older logical blocks point at page 0, never read.
                         wbs = args.window_block_size
-                        nlog = math.ceil(S / wbs)
-                        need = min(nlog, math.ceil(args.window / wbs) + 1)
-                        k_win = torch.randn(B * need + 1, wbs, Hkv, D, device="cuda", dtype=torch.bfloat16)
-                        v_win = torch.randn_like(k_win)
-                        wtable = torch.zeros(B, nlog, dtype=torch.int32, device="cuda")
-                        wtable[:, nlog - need:] = (1 + torch.arange(B, device="cuda")[:, None] * need
-                                                   + torch.arange(need, device="cuda")[None, :]).int()
+                        k_win, v_win, wtable, _ = window_pages(B, S, Hkv, D, args.window, wbs)
                         cen = torch.randn(B, Hkv, D, device="cuda")     # per-sequence offsets (data-free)
                         variants = {"sinks": dict(k_center=cen, sinks=args.sinks),
                                     "window": dict(window=(k_win, v_win, wtable, args.window)),

@@ -101,12 +101,15 @@ def _int2_decode_split_kernel(
     # largest 11). Where the shares average at most SHORT_UNITS tiles of SHORT_N (and at least
     # one), the launch deals tiles of SHORT_N instead (share_tiles): the same decision in every
     # program and in the merge.
-    total, short, _ = share_tiles(seq_lens_ptr, batch_size, num_programs, 0, head_len, window_len,
-                                  BLOCK_N, SHORT_N, SHORT_UNITS)
     if SHORT_N > 0:
+        total, short, _ = share_tiles(seq_lens_ptr, batch_size, num_programs, 0, head_len, window_len,
+                                      BLOCK_N, SHORT_N, SHORT_UNITS)
         unit = tl.where(short, SHORT_N, BLOCK_N)
     else:
+        total, _, _ = batch_tiles(seq_lens_ptr, batch_size, -1, 0, head_len, window_len, BLOCK_N)
+        short = False       # a constexpr: only the BLOCK_N loop below is compiled
         unit = BLOCK_N
+    TILE_SHORT: tl.constexpr = SHORT_N if SHORT_N > 0 else BLOCK_N
     t0 = first_tile(program, total, num_programs)
     t1 = first_tile(program + 1, total, num_programs)
     _, batch, first = batch_tiles(seq_lens_ptr, batch_size, t0, 0, head_len, window_len, BLOCK_N, SHORT_N, short)
@@ -122,25 +125,16 @@ def _int2_decode_split_kernel(
             end = tl.minimum(base + seg1 * unit, int2_len)
             row = q_head * num_slots + program + batch
             table_row = block_table_ptr + batch * stride_bt
-            if SHORT_N > 0:
-                if short:
-                    split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo,
-                                  table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
-                                  part_out_ptr, part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, SHORT_N,
-                                  OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD,
-                                  TABLE_AHEAD, ODD_SHIFT)
-                else:
-                    split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo,
-                                  table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
-                                  part_out_ptr, part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, BLOCK_N,
-                                  OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD,
-                                  TABLE_AHEAD, ODD_SHIFT)
+            if short:
+                split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo, table_row,
+                              kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16, part_out_ptr,
+                              part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, TILE_SHORT, OFF_V, OFF_KS,
+                              OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT)
             else:
-                split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo,
-                              table_row, kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16,
-                              part_out_ptr, part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, BLOCK_N,
-                              OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD,
-                              TABLE_AHEAD, ODD_SHIFT)
+                split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo, table_row,
+                              kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16, part_out_ptr,
+                              part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, BLOCK_N, OFF_V, OFF_KS,
+                              OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT)
         first += n_tiles
         batch += 1
     if AFTER_TAIL:

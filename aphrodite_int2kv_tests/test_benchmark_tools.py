@@ -1,0 +1,22 @@
+"""Helpers the GPU benchmarks share (benchmarks/decode_attention.py), checked on CPU."""
+import math
+
+import pytest
+
+from benchmarks.decode_attention import window_pages
+
+
+@pytest.mark.parametrize("batch,max_len,R,wbs", [(3, 1000, 128, 48), (2, 100, 128, 48), (1, 48, 1, 48), (4, 4096, 96, 48)])
+def test_window_pages_give_the_last_R_positions_their_own_pages(batch, max_len, R, wbs):
+    """Every logical window block holding one of a sequence's last R positions points at a page of
+    its own (no two sequences or blocks share one, page 0 excluded); blocks more than one before
+    them point at page 0."""
+    k_win, v_win, table, r = window_pages(batch, max_len, 2, 64, R, wbs, device="cpu")
+    assert r == R and k_win.shape == v_win.shape and k_win.shape[1:] == (wbs, 2, 64)
+    nlog = math.ceil(max_len / wbs)
+    assert tuple(table.shape) == (batch, nlog)
+    first = max(0, max_len - R) // wbs          # first logical block holding a window position
+    used = table[:, first:]
+    assert (used >= 1).all() and (used < k_win.shape[0]).all()
+    assert used.flatten().unique().numel() == used.numel()
+    assert (table[:, :max(0, first - 1)] == 0).all()

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# H200 call (nvidia-h200), prepared in session 14, not run yet. Where does the short-share kernel's
+# unexplained cost come from (session 14 call 5: launches that keep tiles of 64 take 0.3-1.7 %
+# longer than before, 4K batch 1-2 0.5-1.3 us)? Same process, same caches, head_dim 128:
+#   base      .ab/int2kv_base = git archive of d5bea5e renamed (before short shares)
+#   new       the engine's launch (short_n 32, short_units 24)
+#   0/0       one loop of 64 (short_n 0): should equal base
+#   32/0      both loops compiled, never short: the cost of carrying the second loop
+#   32/48     a higher threshold (shares of up to 1,536 positions short)
+set -u
+source benchmarks/gpu_setup.sh > $OUT/setup.log 2>&1
+mkdir -p $OUT/logs
+for v in "" "--window 128"; do
+  tag=d128$(echo $v | tr -d ' -')
+  timeout 150 python3 benchmarks/decode_ab.py --baseline-path .ab --heads-first --configs 32/4/128 \
+    --contexts 4096,16384,32768,65536,131072 --batches 1,2,8,32,64 --short 0/0,32/0,32/48 $v \
+    --out $OUT/decode_ab_overhead_$tag.json > $OUT/logs/ab_$tag.log 2>&1
+  echo "ab $tag exit $? at ${SECONDS}s"; grep "^Hq" $OUT/logs/ab_$tag.log | cut -c1-200
+done
+(cd $OUT && tar czf overhead_logs.tgz logs && rm -r logs)
