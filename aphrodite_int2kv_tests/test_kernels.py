@@ -736,6 +736,19 @@ def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, b
     assert written_slots == sorted(p + b for p, b in split_shares(tiles, P))
 
 
+@pytest.mark.parametrize("block_n,short_n,short_units", [(64, 8, 4), (64, 48, 4), (32, 16, -1)])
+def test_decode_rejects_short_tiles_it_cannot_run(block_n, short_n, short_units):
+    """Short tiles below the tensor cores' K of 16 (they compile under the interpreter but not on
+    the GPU), not dividing block_n, or a negative share: a ValueError naming the arguments."""
+    D, Hq, Hkv = 64, 2, 1
+    L = SlotLayout(D, 32)
+    cache, bt, _ = paged_cache(L, [40], Hkv, 16)
+    q = torch.randn(1, Hq, D, device=DEVICE)
+    sl = torch.tensor([40], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="short_n must divide block_n and be >= 16"):
+        int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, block_n=block_n, short_n=short_n, short_units=short_units)
+
+
 def test_decode_balances_a_batch_of_more_than_64_sequences():
     """The split programs and the merge walk the batch's lengths 64 sequences at a time
     (batch_tiles): 130 sequences of 0 to 40 tokens (empty ones among them, across the 64 and 128

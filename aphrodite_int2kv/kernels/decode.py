@@ -1,8 +1,9 @@
 """Split-KV paged decode over the int2 cache, grouped for GQA.
 
 Stage 1 (`_int2_decode_split_kernel`), grid (num_programs, num_kv_heads * TILES): the batch's int2
-tiles (BLOCK_N positions of one sequence), concatenated in batch order, are dealt evenly to the
-num_programs programs of each head tile, so every program reads the same number of tiles (+-1)
+tiles (BLOCK_N positions of one sequence, or SHORT_N where the shares are short: share_tiles),
+concatenated in batch order, are dealt evenly to the num_programs programs of each head tile, so
+every program reads the same number of tiles (+-1)
 whatever the mix of sequence lengths (with fewer tiles than programs, one tile each to the first
 ones: `first_tile`); a share that crosses from one sequence into the next writes one partial result
 for each (per query head, program p's for sequence b at slot p + b: unique, since a program's
@@ -416,8 +417,8 @@ class DecodeLaunch:
     fold: bool = True        # the tile (folded or per-code): table_ahead was chosen for it
     maxnreg: int | None = None
     chain_tail: bool = False
-    short_n: int = 0         # shares in units of short_n positions, short ones read in tiles of it
-    short_units: int = 0     # (int2_decode short_n / short_units)
+    short_n: int = 0         # launches with short shares read tiles of short_n (int2_decode)
+    short_units: int = 0     # up to this many of them per program on average
 
     def kwargs(self) -> dict:
         """int2_decode's launch arguments (all but num_splits), the tile included."""
@@ -445,8 +446,8 @@ def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
 # Split launches whose shares average at most this many positions (and at least 32) deal and read
 # tiles of 32 at head_dim <= 128 (folded; int2_decode short_n). Tiles of 64 cost less per position,
 # but the wave waits for the largest share, a tile over the mean. Session 14 (H200, head_dim 128,
-# against 64-token tiles; session14/call3_decode_ab_short_d128.json): 0.88-0.96x the time at means
-# of 2.6-21 tiles of 32 (4K-32K batch 8, 16K-128K batch 2), 1.006x at 31 (48K batch 8).
+# against 64-token tiles; session14/call5_decode_ab_final_d128.json): 0.87-0.98x the time at means
+# of 2.6-21 tiles of 32 (4K-32K batch 8, 16K-128K batch 2); 1.006x at 31 (48K batch 8, call 3).
 SHORT_SHARE = 768
 
 
@@ -587,6 +588,10 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         raise ValueError(f"int2 decode: {Hq} query heads are not a multiple of {Hkv} KV heads")
     assert kv_cache.dtype == torch.uint8 and kv_cache.shape[-1] == layout.slot_bytes
     assert kv_cache.stride(-1) == 1 and q_rot.stride(-1) == 1 and D == layout.head_dim
+    if short_n and (short_n < 16 or block_n % short_n or short_units < 0):
+        raise ValueError(f"int2 decode: short_n={short_n}, short_units={short_units} with block_n={block_n}: "
+                         "short_n must divide block_n and be >= 16 (the tensor cores' K), short_units >= 0; "
+                         "short_n=0 turns short shares off")
     if fold and lloyd_max:
         raise ValueError("int2 decode: the folded tile (fold=True) needs uniform levels; Lloyd-Max "
                          "codes are dequantized per code (fold=False)")
