@@ -7,6 +7,7 @@
 #   0/0       one loop of 64 (short_n 0): should equal base
 #   32/0      both loops compiled, never short: the cost of carrying the second loop
 #   32/48     a higher threshold (shares of up to 1,536 positions short)
+# then 2) Nsight Compute source counters of the split kernel (below).
 set -u
 source benchmarks/gpu_setup.sh > $OUT/setup.log 2>&1
 mkdir -p $OUT/logs
@@ -17,4 +18,15 @@ for v in "" "--window 128"; do
     --out $OUT/decode_ab_overhead_$tag.json > $OUT/logs/ab_$tag.log 2>&1
   echo "ab $tag exit $? at ${SECONDS}s"; grep "^Hq" $OUT/logs/ab_$tag.log | cut -c1-200
 done
+# 2) which shared-memory loads of the split kernel conflict: session 14's Nsight Compute (call 2,
+# batch 32, 32K) counted 6.0M excess shared wavefronts, 46 % of 13.1M. Per-instruction tables.
+which ncu > /dev/null || export PATH=$PATH:$(dirname $(ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1))
+timeout 150 ncu --clock-control none -k regex:_int2_decode_split --launch-skip 1 --launch-count 1 \
+  --section SourceCounters --print-details all \
+  python3 benchmarks/decode_profile.py --config 32/4/128 --batch 32 --tiles folded > $OUT/ncu_source_b32.txt 2>&1
+echo "ncu tables exit $? at ${SECONDS}s"
+timeout 150 ncu --clock-control none -k regex:_int2_decode_split --launch-skip 1 --launch-count 1 \
+  --section SourceCounters --page source --print-source sass --csv \
+  python3 benchmarks/decode_profile.py --config 32/4/128 --batch 32 --tiles folded > $OUT/logs/ncu_sass_b32.csv 2>&1
+echo "ncu sass exit $? at ${SECONDS}s"; grep -i "excessive\|bank" $OUT/ncu_source_b32.txt | head -20
 (cd $OUT && tar czf overhead_logs.tgz logs && rm -r logs)
