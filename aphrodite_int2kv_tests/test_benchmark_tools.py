@@ -3,7 +3,7 @@ import math
 
 import pytest
 
-from benchmarks.decode_attention import window_pages
+from benchmarks.decode_attention import ragged_lengths, window_pages
 
 
 @pytest.mark.parametrize("batch,max_len,R,wbs", [(3, 1000, 128, 48), (2, 100, 128, 48), (1, 48, 1, 48), (4, 4096, 96, 48)])
@@ -20,3 +20,16 @@ def test_window_pages_give_the_last_R_positions_their_own_pages(batch, max_len, 
     assert (used >= 1).all() and (used < k_win.shape[0]).all()
     assert used.flatten().unique().numel() == used.numel()
     assert (table[:, :max(0, first - 1)] == 0).all()
+
+
+@pytest.mark.parametrize("S,B", [(32768, 11), (4096, 2), (131072, 64), (1000, 1)])
+def test_ragged_lengths_spread_around_the_mean(S, B):
+    """decode_ab --ragged / e2e_throughput --mixed: B lengths from S/8 to 15S/8, evenly spaced, mean
+    S (within rounding), the same for the same (S, B), shuffled."""
+    lens = ragged_lengths(S, B)
+    assert len(lens) == B and lens == ragged_lengths(S, B)
+    assert abs(sum(lens) / B - S) <= 1
+    if B > 1:
+        assert min(lens) == round(S / 8) and max(lens) == round(15 * S / 8)
+        steps = sorted(lens)
+        assert max(b - a for a, b in zip(steps, steps[1:])) - min(b - a for a, b in zip(steps, steps[1:])) <= 1

@@ -20,7 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-from benchmarks.decode_attention import Timer, log, random_int2_cache, window_pages, write_sweep  # noqa: E402
+from benchmarks.decode_attention import Timer, log, ragged_lengths, random_int2_cache, window_pages, write_sweep  # noqa: E402
 from aphrodite_int2kv.int2 import reference as R  # noqa: E402
 from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first, rotate_odd_slots  # noqa: E402
 from aphrodite_int2kv.kernels import decode as new  # noqa: E402
@@ -81,10 +81,7 @@ def main():
         L = SlotLayout(D, G)
         for S in map(int, args.contexts.split(",")):
             for B in map(int, args.batches.split(",")):
-                lens = [S] * B
-                if args.ragged and B > 1:
-                    g = torch.Generator().manual_seed(B)
-                    lens = [round(S * (1 + 7 * (2 * i / (B - 1) - 1) / 8)) for i in torch.randperm(B, generator=g).tolist()]
+                lens = ragged_lengths(S, B) if args.ragged else [S] * B
                 cache, table, seq = paged_batch(L, lens, BS, Hkv, heads_first=args.heads_first)
                 blocks = cache.shape[0]
                 short = torch.full((B,), 3000, dtype=torch.int32, device="cuda")

@@ -36,6 +36,15 @@ from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first, rotate_o
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, partial_slots, pick_num_splits  # noqa: E402
 
 
+def ragged_lengths(S: int, B: int) -> list:
+    """B sequence lengths spread evenly from S/8 to 15S/8 (mean S), shuffled with seed B: the
+    mixed batch of decode_ab.py --ragged and e2e_throughput.py --mixed."""
+    if B == 1:
+        return [S]
+    g = torch.Generator().manual_seed(B)
+    return [round(S * (1 + 7 * (2 * i / (B - 1) - 1) / 8)) for i in torch.randperm(B, generator=g).tolist()]
+
+
 def window_pages(batch, max_len, num_kv_heads, head_dim, R, wbs=48, device="cuda"):
     """The int2_decode `window` of a batch: random bf16 K/V pages [blocks, wbs, Hkv, D] for the
     last R positions of sequences of length max_len (their logical blocks and one more; older ones

@@ -67,6 +67,9 @@ def main():
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--gpu-mem", type=float, default=0.5)
     ap.add_argument("--eager", action="store_true")
+    ap.add_argument("--mixed", action="store_true",
+                    help="prompt lengths spread evenly from context/8 to 15 context/8 (mean context, shuffled; "
+                         "decode_attention.ragged_lengths) instead of all `context`")
     ap.add_argument("--repeat-long", action="store_true",
                     help="time the decode run a second time (decode_tok_s_2): the first one may include "
                          "kernel compilations for decode batch sizes that only appear there")
@@ -114,6 +117,8 @@ def main():
         print("   engine:", line[:300], flush=True)
 
     import torch
+    sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
+    from benchmarks.decode_attention import ragged_lengths
     g = torch.Generator().manual_seed(0)
     # warm-up: Triton compiles the prefill/decode kernels at first use; keep that out of the timing
     t = time.perf_counter()
@@ -122,14 +127,16 @@ def main():
     print(f"[{a.kv}] warm-up {time.perf_counter() - t:.1f} s", flush=True)
     rows = []
     for C in [int(c) for c in a.concurrency.split(",") if c]:
-        prompts = [TokensPrompt(prompt_token_ids=torch.randint(1000, 100000, (a.context,), generator=g).tolist())
-                   for _ in range(C)]
+        lens = ragged_lengths(a.context, C) if a.mixed else [a.context] * C
+        prompts = [TokensPrompt(prompt_token_ids=torch.randint(1000, 100000, (n,), generator=g).tolist())
+                   for n in lens]
         short = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, detokenize=False)
         long = SamplingParams(temperature=0.0, max_tokens=1 + a.decode, ignore_eos=True, detokenize=False)
         fits = kv_tokens is None or C * (a.context + a.decode) <= kv_tokens
         row = dict(model=a.model_config, kv_cache_dtype=a.kv, context_len=a.context, concurrency=C,
                    decode_tokens=a.decode, gpu_memory_utilization=a.gpu_mem, kv_tokens=kv_tokens,
-                   max_concurrency=max_conc, cuda_graphs=not a.eager, fits_in_kv=fits)
+                   max_concurrency=max_conc, cuda_graphs=not a.eager, fits_in_kv=fits,
+                   **(dict(mixed=True, prompt_lens=lens) if a.mixed else {}))
         try:
             t = time.perf_counter()
             llm.generate(prompts, short, use_tqdm=False)
