@@ -30,7 +30,7 @@ timeout 150 ncu --clock-control none -k regex:_int2_decode_split --launch-skip 1
   python3 benchmarks/decode_profile.py --config 32/4/128 --batch 32 --tiles folded > $OUT/logs/ncu_sass_b32.csv 2>&1
 echo "ncu sass exit $? at ${SECONDS}s"; grep -i "excessive\|bank" $OUT/ncu_source_b32.txt | head -20
 # 3) fewer pipeline stages for short launches: a wave's programs all start at once and each first
-# waits for its pipeline's first tiles (1,584 programs x 2 tiles x 5 KB = 16 MB, ~3.7 us of copy
+# waits for its pipeline's first tiles (1,584 programs x 2 tiles x 5 KB = 16 MB, ~3.8 us of copy
 # bandwidth at 64-token tiles); session 14's fit put the wave's fixed cost at 18.3 us with 64-token
 # tiles against 11.8 with 32. Two stages at 64 were 0.986x at 32K batch 8 (call 2); 32 at two
 # stages was not tried.
