@@ -8,12 +8,15 @@ figures in docs/benchmarks.md: instructions per loop iteration and registers per
   MAXNREG=168 FOLD=1 ...                                               (a register cap, as decode_launch_config's)
   SHORT_N=32 MAXNREG=168 FOLD=1 ...                                    (short shares in 32-token tiles, as the engine's launch)
   KERNEL=merge python benchmarks/sass_report.py [D CHUNK]              (the merge kernel, pointers 16-byte aligned: registers, stack, calls)
-Each loop of more than 100 instructions is reported with its spill loads/stores (LDL/STL).
+Each loop of more than 100 instructions is reported with its spill loads/stores (LDL/STL) and its
+shared-memory instructions by full opcode; then the shared buffers' TTGIR encodings and a sha1 of
+the SASS without addresses (copy this script into another tree to compare that tree's kernels).
 
 Needs triton (3.6.0 is the H200 image's; the CI venv's 3.9.0 also works, counts differ a little; it
 bundles ptxas and cuobjdump) and torch installed locally.
 """
 import collections
+import hashlib
 import os
 import re
 import subprocess
@@ -68,12 +71,16 @@ def report(ck):
         f.flush()
         sass = subprocess.run([cuobjdump, "--dump-sass", f.name], capture_output=True, text=True).stdout
         usage = subprocess.run([cuobjdump, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    ins = []
+    ins, text = [], []
     for line in sass.splitlines():
         m = re.match(r"\s+/\*([0-9a-f]+)\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_.]+)(.*)", line)
         if m:
             ins.append((int(m.group(1), 16), m.group(3), m.group(4)))
+            text.append(line.split("*/", 1)[1].strip())     # without the address: comparable across builds
     print(" ".join(re.findall(r"REG:\d+|STACK:\d+", usage)), "shared", ck.metadata.shared)
+    # the shared-memory buffers the pipeliner and layout conversions use (TTGIR encodings)
+    for enc in re.findall(r"^#shared\d* = .*$", ck.asm.get("ttgir", ""), re.M):
+        print("  ", enc)
     for addr, op, rest in ins:       # the main loop: the backward branch
         t = re.search(r"0x([0-9a-f]+)", rest)
         if op == "BRA" and t and int(t.group(1), 16) < addr:
@@ -81,7 +88,14 @@ def report(ck):
             c = collections.Counter(body)
             spills = f" ({c['LDL'] + c['STL']} LDL/STL)" if len(body) > 100 else ""
             print(f"loop: {len(body)} instructions{spills};", " ".join(f"{k}:{v}" for k, v in c.most_common(20)))
-    print("whole kernel:", len(ins), "instructions,", sum(op.startswith("CALL") for _, op, _ in ins), "CALL")
+            if len(body) > 100:     # shared-memory traffic of the loop, by full opcode (width, ldmatrix)
+                sh = collections.Counter(o for a, o, _ in ins if int(t.group(1), 16) <= a <= addr
+                                         and re.match(r"(LDS|STS|LDSM|STSM|LDGSTS)\b|(LDS|STS|LDSM|STSM|LDGSTS)\.", o))
+                print("  shared ops:", " ".join(f"{k}:{v}" for k, v in sh.most_common()))
+    # sha1 of the SASS without addresses: two trees compile to the same code iff it matches
+    digest = hashlib.sha1("\n".join(text).encode()).hexdigest()[:16]
+    print("whole kernel:", len(ins), "instructions,", sum(op.startswith("CALL") for _, op, _ in ins), "CALL,",
+          "SASS sha1", digest)
 
 
 if __name__ == "__main__":
