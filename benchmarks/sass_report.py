@@ -7,6 +7,7 @@ figures in docs/benchmarks.md: instructions per loop iteration and registers per
   FOLD=1 python benchmarks/sass_report.py ...                          (the folded tile, common.py)
   MAXNREG=168 FOLD=1 ...                                               (a register cap, as decode_launch_config's)
   SHORT_N=32 MAXNREG=168 FOLD=1 ...                                    (short shares in 32-token tiles, as the engine's launch)
+  SASS_DUMP=FILE ...                                                   (also write the whole SASS listing to FILE)
   KERNEL=merge python benchmarks/sass_report.py [D CHUNK]              (the merge kernel, pointers 16-byte aligned: registers, stack, calls)
 Each loop of more than 100 instructions is reported with its spill loads/stores (LDL/STL) and its
 shared-memory instructions by full opcode; then the shared buffers' TTGIR encodings and a sha1 of
@@ -77,6 +78,9 @@ def report(ck):
         if m:
             ins.append((int(m.group(1), 16), m.group(3), m.group(4)))
             text.append(line.split("*/", 1)[1].strip())     # without the address: comparable across builds
+    if os.environ.get("SASS_DUMP"):     # the whole listing, to read a loop's instructions in order
+        with open(os.environ["SASS_DUMP"], "w") as out:
+            out.write(sass)
     print(" ".join(re.findall(r"REG:\d+|STACK:\d+", usage)), "shared", ck.metadata.shared)
     # the shared-memory buffers the pipeliner and layout conversions use (TTGIR encodings)
     for enc in re.findall(r"^#shared\d* = .*$", ck.asm.get("ttgir", ""), re.M):

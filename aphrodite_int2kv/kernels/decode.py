@@ -157,14 +157,16 @@ def split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, st
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
     NG: tl.constexpr = D // G
-    q0, q1, q2, q3 = query_planes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, DOT)
     if FOLD:
+        # the folded tile takes q already scaled (its scores come out of the dots in log2 units)
+        q0, q1, q2, q3 = query_planes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, DOT, qk_scale)
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = folded_span(
             q0, q1, q2, q3, start, end, lo, table_row, head_off, stride_cb, stride_cs, cache_u8,
-            cache_f16, qk_scale, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG,
+            cache_f16, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG,
             OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
         store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, D, W)
     else:
+        q0, q1, q2, q3 = query_planes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, DOT)
         m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_H, W)
         m_i, l_i, acc0, acc1, acc2, acc3 = int2_span(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, start, end, lo, table_row, head_off,

@@ -160,20 +160,21 @@ def empty_pairs(ROWS: tl.constexpr, W: tl.constexpr):
 
 @triton.jit
 def _pv(acc, raw, pg, alpha, bias, rows_in_group, G: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
-    """acc [W/2, ROWS] += raw [W/2, N] . pg [N, ROWS] + bias [ROWS] on the rows in the group."""
+    """acc [W/2, ROWS] += raw [W/2, N] . pg [N, ROWS] + bias [W/2, ROWS] on the rows in the group."""
     if G < W:   # the plane holds several groups: acc was rescaled before, add this group's rows
-        return acc + tl.where(rows_in_group[:, None], tl.dot(raw.to(DOT), pg) + bias[None, :], 0.0)
+        return acc + tl.where(rows_in_group[:, None], tl.dot(raw.to(DOT), pg) + bias, 0.0)
     else:       # one group per plane: rescale, bias and accumulate in the MMA itself
-        return tl.dot(raw.to(DOT), pg, acc * alpha[None, :] + bias[None, :])
+        return tl.dot(raw.to(DOT), pg, acc * alpha[None, :] + bias)
 
 
 @triton.jit
 def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qmags,
-                     kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale,
+                     kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask,
                      ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                      DOT: tl.constexpr, FAST: tl.constexpr):
     """One tile of N tokens for ROWS query rows. kbytes [N, W] uint8, vwords [N, W/2] uint16 and
-    the metadata [N, NG] as load_tile returns them; qsums / qmags from query_sums.
+    the metadata [N, NG] as load_tile returns them; q planes scaled by softmax scale * log2(e)
+    (query_planes), qsums / qmags from query_sums.
 
         s[t, h] = sum_g ks[t, g] (raw_g[t, :] . q_g[h, :] - qmag_g[h]) + kz[t, g] qsum_g[h]
         o[c, h] += sum_t raw[t, c] (p vs_g)[t, h] + (sum_t p vz_g)[h] - M_P (sum_t p vs_g)[h]
@@ -182,7 +183,9 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, q
     k_scale = k_scale.to(tl.float32)
     k_zero = k_zero.to(tl.float32)
 
-    # --- scores, tokens as rows: sT [N, ROWS]
+    # --- scores, tokens as rows: sT [N, ROWS], already in log2 units (q carries the scale). The
+    # first group's terms start the sum (from zeros, every score paid an add of 0: 0 + x is not
+    # x for x = -0, so the compiler keeps it) and the others fuse into multiply-adds.
     kcols = tl.arange(0, W)
     sT = tl.zeros([N, ROWS], tl.float32)
     for g in tl.static_range(NG):
@@ -194,9 +197,12 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, q
                 if G < W:
                     qp = tl.where(_in_group(P * W + kcols, g, G)[None, :], qp, 0.0)
                 dg = tl.dot(raw_k_plane(kbytes, P, FAST).to(DOT), tl.trans(qp), dg)
-        sT += column(k_scale, g, NG, N)[:, None] * dg + \
-            column(k_zero, g, NG, N)[:, None] * column(qsums, g, NG, ROWS)[None, :]
-    sT = tl.where(nmask[:, None], sT * qk_scale, float("-inf"))
+        if g == 0:
+            sT = column(k_scale, g, NG, N)[:, None] * dg
+        else:
+            sT = sT + column(k_scale, g, NG, N)[:, None] * dg
+        sT = sT + column(k_zero, g, NG, N)[:, None] * column(qsums, g, NG, ROWS)[None, :]
+    sT = tl.where(nmask[:, None], sT, float("-inf"))
 
     m_new = tl.maximum(m_i, tl.max(sT, axis=0))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -217,12 +223,16 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, q
         o2 = o2 * alpha[None, :]
         e3 = e3 * alpha[None, :]
         o3 = o3 * alpha[None, :]
+    ones = tl.full([W // 2, N], 1.0, DOT)
     for g in tl.static_range(NG):
         pg = p16 * column(v_scale, g, NG, N).to(DOT)[:, None]           # [N, ROWS]
         # M_P * sum_t pg must cancel the dot's M_P terms exactly: sum the *rounded* pg the dot
-        # multiplies (p * vs rounded once gives errors ~ M_P * 2^-11 * pg, as large as a code)
-        psum = tl.sum(pg.to(tl.float32), axis=0)
-        pz = column(pzs, g, NG, ROWS)
+        # multiplies (p * vs rounded once gives errors ~ M_P * 2^-11 * pg, as large as a code).
+        # The sum is a dot with ones [W/2, N]: every row of psum [W/2, ROWS] is the column sum,
+        # in the accumulators' own layout, from the operand the P.V dots load anyway (summed on
+        # the CUDA cores it took a conversion per element and a cross-lane reduction).
+        psum = tl.dot(ones, pg)
+        pz = column(pzs, g, NG, ROWS)[None, :]
         for P in tl.static_range(4):
             if _overlaps(P, g, W, G):
                 bias = pz - psum * magic(P, FAST)
@@ -246,12 +256,13 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, q
 
 @triton.jit
 def folded_span(q0, q1, q2, q3, lo, hi, first, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
-                qk_scale, BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
+                BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
                 G: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
                 TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr = 0):
     """Positions [max(lo, first), hi) of one sequence with the folded tile, N at a time from lo (a
-    multiple of N); arguments as common.int2_span's. Returns the folded state (empty_pairs)."""
+    multiple of N); arguments as common.int2_span's, but q planes already scaled by softmax scale *
+    log2(e) (query_planes). Returns the folded state (empty_pairs)."""
     qsums, qmags = query_sums(q0, q1, q2, q3, ROWS, W, G, NG, FAST)
     m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = empty_pairs(ROWS, W)
     ar = tl.arange(0, N)
@@ -262,7 +273,7 @@ def folded_span(q0, q1, q2, q3, lo, hi, first, table_row, head_off, stride_cb, s
             BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, True, ODD_SHIFT)
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = int2_tile_folded(
             m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qmags,
-            kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, qk_scale, ROWS, N, W, G, NG, DOT, FAST)
+            kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
     return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3
 
 
