@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# H200 call (nvidia-h200), session 15, call 1: the folded tile with fewer instructions (q carries
+# the softmax scale; the M_P plane sums by a dot with ones), .ab/int2kv_base = main before the
+# change (d3d427c's kernels). 1) every kernel test with real compilation and the engine-glue tests;
+# 2) A/B against main at head_dim 128 and 256 (uniform 4K-128K; 128 also with a window of 128);
+# 3) the decode table.
+set -u
+source benchmarks/gpu_setup.sh > $OUT/setup.log 2>&1
+mkdir -p $OUT/logs
+timeout 200 python3 -m pytest -q -p no:cacheprovider aphrodite_int2kv_tests/test_backend_cpu.py > $OUT/logs/backend_tests_gpu.log 2>&1 &
+glue=$!
+bash benchmarks/gpu/kernel_tests_sharded.sh $OUT/logs 150; ok=$?; echo "kernel tests exit $ok at ${SECONDS}s"
+wait $glue; echo "glue tests exit $? at ${SECONDS}s"; tail -1 $OUT/logs/backend_tests_gpu.log
+ab() { local tag=$1 limit=$2; shift 2
+  timeout $limit python3 benchmarks/decode_ab.py --baseline-path .ab --heads-first "$@" --out $OUT/decode_ab_fold_$tag.json > $OUT/logs/ab_$tag.log 2>&1
+  echo "ab $tag exit $? at ${SECONDS}s"; grep "^Hq" $OUT/logs/ab_$tag.log | cut -c1-130; grep -i "error\|capture failed\|mismatch" $OUT/logs/ab_$tag.log | head -3; }
+ab d128 80 --configs 32/4/128 --contexts 4096,16384,32768,65536,131072 --batches 1,2,8,32,64
+ab d256 80 --configs 16/2/256 --contexts 4096,32768,131072 --batches 1,8,32,64
+ab d128_w128 70 --configs 32/4/128 --contexts 4096,32768,131072 --batches 1,8,32,64 --window 128
+timeout 100 python3 benchmarks/decode_attention.py --graph --block-size 128 --contexts 4096,32768,131072 \
+  --batches 1,8,32,64 --configs 32/4/128,16/2/256 --group-sizes 64 --iters 20 --out $OUT/decode_attention_h200.json \
+  > $OUT/logs/decode_table.log 2>&1
+echo "table exit $? at ${SECONDS}s"; grep -h "S=" $OUT/logs/decode_table.log | cut -c1-150
+(cd $OUT && tar czf fold_call1_logs.tgz logs && rm -r logs)
