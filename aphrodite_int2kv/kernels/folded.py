@@ -27,29 +27,34 @@ from aphrodite_int2kv.kernels.common import column, load_tile, magic_bits, next_
 
 
 # K: 4 code bytes of one token (columns j..j+3) -> two fp16 pairs (j, j+1), (j+2, j+3).
+# (Pairs (j, j+2), (j+1, j+3) would save the two PRMT per word, but then which query columns
+# meet which codes hangs on Triton's order of a thread's elements in the MMA operand: it held for
+# 8-head tiles and not for 16 and 32 on the H200, session 15 call 2.)
 _K_ASM = "{{\n.reg .b32 lo, hi;\nprmt.b32 lo, $2, 0, 0x5140;\nprmt.b32 hi, $2, 0, 0x5342;\n" \
          "lop3.b32 $0, lo, {mask}, {magic}, 0xEA;\nlop3.b32 $1, hi, {mask}, {magic}, 0xEA;\n}}\n"
 # V: two 16-bit words, tokens t (low) and t+1 (high), each the bytes of columns 2j, 2j+1 ->
-# the fp16 pair of column 2j (tokens t, t+1) and that of column 2j+1.
-_V_ASM = "{{\n.reg .b32 w;\nprmt.b32 w, $1, 0, {sel};\nlop3.b32 $0, w, {mask}, {magic}, 0xEA;\n}}\n"
+# the fp16 pair of column 2j (tokens t, t+1: bytes 0 and 2, masked in place) and that of column
+# 2j+1 (bytes 1 and 3, shifted down first).
+_VE_ASM = "lop3.b32 $0, $1, {mask}, {magic}, 0xEA;"
+_VO_ASM = "{{\n.reg .b32 w;\nshr.b32 w, $1, 8;\nlop3.b32 $0, w, {mask}, {magic}, 0xEA;\n}}\n"
 
 
-def _asm(template: str, p: int, sel: str = "") -> str:
-    return template.format(**magic_bits(p), sel=sel)
+def _asm(template: str, p: int) -> str:
+    return template.format(**magic_bits(p))
 
 
 K_ASM_0 = tl.constexpr(_asm(_K_ASM, 0))
 K_ASM_1 = tl.constexpr(_asm(_K_ASM, 1))
 K_ASM_2 = tl.constexpr(_asm(_K_ASM, 2))
 K_ASM_3 = tl.constexpr(_asm(_K_ASM, 3))
-VE_ASM_0 = tl.constexpr(_asm(_V_ASM, 0, "0x4240"))
-VE_ASM_1 = tl.constexpr(_asm(_V_ASM, 1, "0x4240"))
-VE_ASM_2 = tl.constexpr(_asm(_V_ASM, 2, "0x4240"))
-VE_ASM_3 = tl.constexpr(_asm(_V_ASM, 3, "0x4240"))
-VO_ASM_0 = tl.constexpr(_asm(_V_ASM, 0, "0x4341"))
-VO_ASM_1 = tl.constexpr(_asm(_V_ASM, 1, "0x4341"))
-VO_ASM_2 = tl.constexpr(_asm(_V_ASM, 2, "0x4341"))
-VO_ASM_3 = tl.constexpr(_asm(_V_ASM, 3, "0x4341"))
+VE_ASM_0 = tl.constexpr(_asm(_VE_ASM, 0))
+VE_ASM_1 = tl.constexpr(_asm(_VE_ASM, 1))
+VE_ASM_2 = tl.constexpr(_asm(_VE_ASM, 2))
+VE_ASM_3 = tl.constexpr(_asm(_VE_ASM, 3))
+VO_ASM_0 = tl.constexpr(_asm(_VO_ASM, 0))
+VO_ASM_1 = tl.constexpr(_asm(_VO_ASM, 1))
+VO_ASM_2 = tl.constexpr(_asm(_VO_ASM, 2))
+VO_ASM_3 = tl.constexpr(_asm(_VO_ASM, 3))
 
 
 @triton.jit
