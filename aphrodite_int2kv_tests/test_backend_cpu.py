@@ -69,16 +69,29 @@ def _fq(x):
     return fake_quantize(x, 32, lloyd_max=o.lloyd_max, std_range=o.std_range)
 
 
-def _expected(q, k_all, v_all, q_start, quantized_until):
+def _folded_q(q, rot=None):
+    """The query the folded decode tile (the engine's default) scores int2 keys with
+    (R.query_codes), back in the original basis: rounded in the rotated one. rot: [D, D] or one
+    per KV head [HKV, D, D]; the Hadamard matrix when None."""
+    rot = (hadamard(D) if rot is None else rot).to(DEVICE).float()
+    rot = rot[None] if rot.dim() == 2 else rot
+    per_head = rot.repeat_interleave(q.shape[1] // rot.shape[0], dim=0)        # [HQ, D, D]
+    q_rot = torch.einsum("thd,hde->the", q.float(), per_head)
+    return torch.einsum("the,hde->thd", R.query_codes(q_rot, D ** -0.5), per_head)
+
+
+def _expected(q, k_all, v_all, q_start, quantized_until, decode=False):
     """fp32 attention of q (positions q_start..) over k_all/v_all, where keys before
-    `quantized_until` are read back from the int2 cache (Hadamard-rotated 2-bit) and the rest exact."""
+    `quantized_until` are read back from the int2 cache (Hadamard-rotated 2-bit) and the rest exact.
+    decode: q is one decoding token, whose int2 keys the folded tile scores with _folded_q."""
     H = hadamard(D).to(DEVICE)
     kq = R.rotate(_fq(R.rotate(k_all, H)), H.T)
     vq = R.rotate(_fq(R.rotate(v_all, H)), H.T)
     idx = torch.arange(k_all.shape[0], device=DEVICE)[:, None, None]
     k = torch.where(idx < quantized_until, kq, k_all)
     v = torch.where(idx < quantized_until, vq, v_all)
-    return R.attend(q, k, v, D ** -0.5, causal_offset=q_start)
+    return R.attend(q, k, v, D ** -0.5, causal_offset=q_start, q_folded=_folded_q(q) if decode else None,
+                    folded_keys=(0, quantized_until))
 
 
 def test_pages_are_heads_first(impl):
@@ -138,7 +151,7 @@ def test_prefill_then_mixed_decode_and_chunked_continuation(impl, layout):
                  _meta([21, 47], [1, 10], block_table, slots, 1), output=out)
     out = out.view(11, HQ, D)
     # decode reads every key (its own included) back from the int2 cache
-    torch.testing.assert_close(out[:1], _expected(qA[20:], kA, vA, 20, 21), atol=ATOL, rtol=0)
+    torch.testing.assert_close(out[:1], _expected(qA[20:], kA, vA, 20, 21, decode=True), atol=ATOL, rtol=0)
     # the continuation reads B's first 37 keys from int2, its own 10 in full precision
     torch.testing.assert_close(out[1:], _expected(qB[37:], kB, vB, 37, 37), atol=ATOL, rtol=0)
 
@@ -241,7 +254,8 @@ def test_k_centering_keeps_the_first_tokens_uncentered(engine, monkeypatch, tmp_
     idx = torch.arange(T, device=DEVICE)[:, None, None]
     kq = torch.where(idx < skip, plain, centered)
     vq = R.rotate(_fq(R.rotate(v, H)), H.T)
-    ref = R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1)
+    ref = R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1, q_folded=_folded_q(q[T - 1:]),
+                   folded_keys=(skip, T), folded_center=c)
     torch.testing.assert_close(decode, ref, atol=ATOL, rtol=0)
 
 
@@ -272,7 +286,8 @@ def test_per_kv_head_rotation_file_with_grouped_queries(engine, monkeypatch, tmp
     rk = rot.to(DEVICE)
     kq = torch.einsum("the,hde->thd", _fq(torch.einsum("thd,hde->the", k, rk)), rk)
     vq = R.rotate(_fq(R.rotate(v, H)), H.T)
-    ref = R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1)
+    ref = R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1, q_folded=_folded_q(q[T - 1:], rk),
+                   folded_keys=(0, T))
     # 5e-4: the backend rotates with a matmul, the reference with einsum; a last-bit difference can
     # move one element across a rounding boundary (seen: 2 of 384 outputs off by 2e-4 with the std
     # levels). A wrong head's rotation is off by ~1e-1.
@@ -392,7 +407,8 @@ def test_recent_window_in_the_engine_glue(impl, RW):
     torch.testing.assert_close(k_win[wtable[1][36 // WBS], 36 % WBS], R.rotate(kB[36:37], H)[0], atol=1e-5, rtol=0)
     torch.testing.assert_close(v_win[wtable[0][5 // WBS], 5 % WBS], R.rotate(vA[5:6], H)[0], atol=1e-5, rtol=0)
     out = step([(kA[20:], vA[20:], qA[20:]), (kB[37:], vB[37:], qB[37:])], [21, 47], [1, 10], 1)
-    torch.testing.assert_close(out[:1], _expected(qA[20:], kA, vA, 20, max(0, 21 - RW)), atol=ATOL, rtol=0)
+    torch.testing.assert_close(out[:1], _expected(qA[20:], kA, vA, 20, max(0, 21 - RW), decode=True), atol=ATOL,
+                               rtol=0)
     torch.testing.assert_close(out[1:], _expected(qB[37:], kB, vB, 37, max(0, 37 - (RW - 1))), atol=ATOL, rtol=0)
     if RW < 20:   # the window is what made those keys exact: int2 alone gives another answer
         assert (out[:1] - _expected(qA[20:], kA, vA, 20, 21)).abs().max() > 1e-2
@@ -443,11 +459,11 @@ def test_ring_window_orders_a_chunks_writes_after_its_reads(impl):
     torch.testing.assert_close(k_win[2, 36 % W], R.rotate(kB[36:37], H)[0], atol=1e-5, rtol=0)
     assert (k_win[2, 28 % W] == 0).all()                 # key 28 < 37 - R: not stored
     out = step([(kA[20:], vA[20:], qA[20:]), (kB[37:47], vB[37:47], qB[37:47])], [21, 47], [1, 10], 1)
-    torch.testing.assert_close(out[:1], _expected(qA[20:], kA, vA, 20, 21 - RW), atol=ATOL, rtol=0)
+    torch.testing.assert_close(out[:1], _expected(qA[20:], kA, vA, 20, 21 - RW, decode=True), atol=ATOL, rtol=0)
     torch.testing.assert_close(out[1:], _expected(qB[37:47], kB[:47], vB[:47], 37, 37 - (RW - 1)), atol=ATOL, rtol=0)
     # B's next decode reads keys 40-46 (written after the chunk's reads) and its own from the ring
     out = step([(kB[47:], vB[47:], qB[47:])], [48], [1], 1, rows=(1,))
-    torch.testing.assert_close(out, _expected(qB[47:], kB, vB, 47, 48 - RW), atol=ATOL, rtol=0)
+    torch.testing.assert_close(out, _expected(qB[47:], kB, vB, 47, 48 - RW, decode=True), atol=ATOL, rtol=0)
 
 
 def test_window_views_read_both_engine_layouts(engine):
@@ -501,7 +517,9 @@ def test_data_free_k_centering_from_each_sequences_first_keys(engine, monkeypatc
     _, chunk2, decode = run(N)
     assert len(calls) == 3, f"{len(calls)} offset computations for 3 steps"
     monkeypatch.setattr(B, "sequence_centers", real)
-    torch.testing.assert_close(decode, R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1),
+    torch.testing.assert_close(decode, R.attend(q[T - 1:], kq, vq, D ** -0.5, causal_offset=T - 1,
+                                                q_folded=_folded_q(q[T - 1:]), folded_keys=(N, T),
+                                                folded_center=R.rotate(c[None], H.T)[0]),
                                atol=ATOL, rtol=0)
     # the second chunk reads positions 0..9 from int2 (uncentered, -q.c) and itself exactly
     k2 = torch.cat([kq[:10], k[10:T - 1]])

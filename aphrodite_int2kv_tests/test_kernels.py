@@ -223,7 +223,7 @@ def test_decode_one_page_tiles_over_garbage(fold, table_ahead):
     c = 2.0 * torch.randn(Hkv, D, device=DEVICE)
     out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 3, fold=fold, sinks=16, k_center=c,
                       table_ahead=table_ahead, block_n=64)
-    ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5, sinks=16, k_center=c)
+    ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5, sinks=16, k_center=c, folded=fold)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
 
@@ -241,7 +241,7 @@ def test_folded_decode_sharp_scores(D, G, BS):
     q = 30.0 * torch.randn(len(seq_lens), 16, D, device=DEVICE)
     sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, fold=True, block_n=32, table_ahead=True)
-    ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5)
+    ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5, folded=True)
     torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
 
 
@@ -261,7 +261,7 @@ def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits, table_ahead)
     c = 2.0 * torch.randn(Hkv, D, device=DEVICE)
     out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, fold=True, sinks=S, k_center=c if S else None,
                       table_ahead=table_ahead, **({"block_n": 32} if table_ahead else {}))
-    ref = R.decode_reference(q[:3], cache, bt, sl[:3], L, D ** -0.5, sinks=S, k_center=c)
+    ref = R.decode_reference(q[:3], cache, bt, sl[:3], L, D ** -0.5, sinks=S, k_center=c, folded=True)
     torch.testing.assert_close(out[:3].float(), ref, atol=ATOL, rtol=0)
     assert torch.isfinite(out).all()
 
@@ -282,7 +282,7 @@ def test_decode_with_the_engine_launch_config(D, G, Hq, Hkv, batch, fold):
     q = torch.randn(batch, Hq, D, device=DEVICE).to(torch.bfloat16)
     sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     out = int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, **cfg.kwargs())   # the tile included
-    ref = R.decode_reference(q.float(), cache, bt, sl, L, D ** -0.5)
+    ref = R.decode_reference(q.float(), cache, bt, sl, L, D ** -0.5, folded=fold)
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0)
 
 
@@ -642,7 +642,8 @@ def test_decode_dependent_launches_wait_for_the_results_they_read(R):
         kq, vq = R_.gather_sequence(cache, bt[b], n, L)
         k = torch.cat([kq[:n - R], written[b][0][n - R:].to(torch.bfloat16).float()])
         v = torch.cat([vq[:n - R], written[b][1][n - R:].to(torch.bfloat16).float()])
-        refs.append(R_.attend(q[b:b + 1], k, v, D ** -0.5))
+        refs.append(R_.attend(q[b:b + 1], k, v, D ** -0.5, q_folded=R_.query_codes(q[b:b + 1], D ** -0.5),
+                              folded_keys=(0, n - R)))
     for _ in range(10):
         ws[0].fill_(float("nan"))
         ws[1].fill_(float("nan"))
@@ -725,7 +726,9 @@ def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, b
             cut = max(0, n - R)
             k = R_._center_sinks(torch.cat([kq[:cut], written[b][0][cut:].to(torch.bfloat16).float()]), S, c)
             v = torch.cat([vq[:cut], written[b][1][cut:].to(torch.bfloat16).float()])
-            ref = R_.attend(q[b:b + 1], k, v, D ** -0.5)
+            # the splits read [min(S, cut), cut); the folded tile scores them with the rounded query
+            ref = R_.attend(q[b:b + 1], k, v, D ** -0.5, q_folded=R_.query_codes(q[b:b + 1], D ** -0.5) if fold else None,
+                            folded_keys=(min(S, cut), cut))
             torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
     # the split slots written are exactly the balanced shares' (tiles from position 0: 5 sinks < 16)
     unit = short_n if short_n and short_units * splits * B >= 43 else block_n
@@ -768,7 +771,7 @@ def test_decode_balances_a_batch_of_more_than_64_sequences():
     out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, workspace=ws, fold=fold, block_n=16)
     assert torch.isfinite(out).all() and (out[sl == 0] == 0).all()
     keep = sl > 0
-    ref = R_.decode_reference(q[keep], cache, bt[keep], sl[keep], L, D ** -0.5)
+    ref = R_.decode_reference(q[keep], cache, bt[keep], sl[keep], L, D ** -0.5, folded=fold)
     torch.testing.assert_close(out[keep].float(), ref, atol=ATOL, rtol=0)
 
 

@@ -37,19 +37,50 @@ def gather_sequence(kv_cache, block_table_row, length: int, layout: SlotLayout, 
     return decode_slots(slots, layout, lloyd_max)
 
 
-def attend(q, k, v, sm_scale, causal_offset: int | None = None):
+def attend(q, k, v, sm_scale, causal_offset: int | None = None, q_folded=None, folded_keys=(0, 0),
+           folded_center=None):
     """q [Tq, Hq, D], k/v [Tk, Hkv, D] -> [Tq, Hq, D] fp32; GQA by head // ratio.
-    causal_offset: query i may see keys j <= i + causal_offset (None: all keys)."""
+    causal_offset: query i may see keys j <= i + causal_offset (None: all keys).
+    q_folded (query_codes(q, sm_scale)): the query keys [folded_keys[0], folded_keys[1]) are scored
+    with, as the folded decode tile scores the int2 positions it reads (the splits' [sinks, L - R)).
+    folded_center [Hkv, D]: those keys are k = c + the centered key the cache holds (K centering):
+    the tile's q_folded meets the centered part only, q . c stays exact (q_folded . (k - c) + q . c)."""
     Tq, Hq, D = q.shape
     ratio = Hq // k.shape[1]
     kk = k.float().repeat_interleave(ratio, dim=1)
     vv = v.float().repeat_interleave(ratio, dim=1)
     s = torch.einsum("qhd,khd->hqk", q.float(), kk) * sm_scale
+    if q_folded is not None:
+        lo, hi = folded_keys
+        if folded_center is None:
+            s[..., lo:hi] = torch.einsum("qhd,khd->hqk", q_folded.float(), kk[lo:hi]) * sm_scale
+        else:
+            c = folded_center.float().repeat_interleave(ratio, dim=0)          # [Hq, D]
+            s[..., lo:hi] = (torch.einsum("qhd,khd->hqk", q_folded.float(), kk[lo:hi] - c)
+                             + torch.einsum("qhd,hd->hq", q.float(), c)[..., None]) * sm_scale
     if causal_offset is not None:
         qi = torch.arange(Tq)[:, None]
         kj = torch.arange(k.shape[0])[None, :]
         s = s.masked_fill((kj > qi + causal_offset)[None].to(s.device), float("-inf"))
     return torch.einsum("hqk,khd->qhd", s.softmax(-1), vv)
+
+
+LOG2E = 1.4426950408889634
+
+
+def query_codes(q, sm_scale):
+    """The query as the folded decode tile scores with it (kernels/folded.py query_codes), in q's
+    units: per row, q * c (c = sm_scale * log2(e), in fp32) rounded to integers in [-127, 127] at a
+    power-of-two step 2**(floor(log2 max |q * c|) - 6) -- halves away from zero -- then / c. The
+    scaling is exact, so kernel and reference round the same numbers to the same integers."""
+    c = torch.tensor(sm_scale * LOG2E, dtype=torch.float32, device=q.device)
+    qs = q.float() * c
+    amax = qs.abs().amax(-1, keepdim=True).clamp_min(1e-30)
+    _, e = torch.frexp(amax)                     # amax = m 2**e, m in [0.5, 1): floor(log2) = e - 1
+    one = torch.ones_like(amax)
+    y = (qs * torch.ldexp(one, 7 - e)).clamp(-127.0, 127.0)
+    qi = torch.where(y >= 0, y + 0.5, y - 0.5).trunc()
+    return qi * torch.ldexp(one, e - 7) / c
 
 
 def _center_sinks(k, sinks: int, k_center):
@@ -62,11 +93,16 @@ def _center_sinks(k, sinks: int, k_center):
 
 
 def decode_reference(q_rot, kv_cache, block_table, seq_lens, layout: SlotLayout, sm_scale,
-                     lloyd_max=False, sinks: int = 0, k_center=None):
+                     lloyd_max=False, sinks: int = 0, k_center=None, folded: bool = False):
+    """folded: the folded tile's math (int2_decode(fold=True)): positions >= sinks scored with
+    query_codes' rounded query."""
     outs = []
+    qf = query_codes(q_rot, sm_scale) if folded else None
     for b in range(q_rot.shape[0]):
-        k, v = gather_sequence(kv_cache, block_table[b], int(seq_lens[b]), layout, lloyd_max)
-        outs.append(attend(q_rot[b:b + 1], _center_sinks(k, sinks, k_center), v, sm_scale))
+        n = int(seq_lens[b])
+        k, v = gather_sequence(kv_cache, block_table[b], n, layout, lloyd_max)
+        outs.append(attend(q_rot[b:b + 1], _center_sinks(k, sinks, k_center), v, sm_scale,
+                           q_folded=None if qf is None else qf[b:b + 1], folded_keys=(sinks, n)))
     return torch.cat(outs)
 
 

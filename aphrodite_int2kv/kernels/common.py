@@ -241,20 +241,14 @@ def group_heads(pid, RATIO: tl.constexpr, TILES: tl.constexpr, BLOCK_H: tl.const
 
 
 @triton.jit
-def query_planes(q_ptr, token, stride_qt, q_head, stride_qh, hmask, W: tl.constexpr, DOT: tl.constexpr,
-                 scale=None):
-    """The four W-column planes of rows q_head of query token `token` as DOT [BLOCK_H, W], times
-    `scale` (in fp32, before the rounding to DOT) when given."""
+def query_planes(q_ptr, token, stride_qt, q_head, stride_qh, hmask, W: tl.constexpr, DOT: tl.constexpr):
+    """The four W-column planes of rows q_head of query token `token` as DOT [BLOCK_H, W] (the
+    folded tile takes them as folded.query_codes gives them)."""
     q_rows = q_ptr + token * stride_qt + q_head[:, None] * stride_qh + tl.arange(0, W)[None, :]
     q0 = tl.load(q_rows + 0 * W, mask=hmask[:, None], other=0.0)
     q1 = tl.load(q_rows + 1 * W, mask=hmask[:, None], other=0.0)
     q2 = tl.load(q_rows + 2 * W, mask=hmask[:, None], other=0.0)
     q3 = tl.load(q_rows + 3 * W, mask=hmask[:, None], other=0.0)
-    if scale is not None:
-        q0 = q0.to(tl.float32) * scale
-        q1 = q1.to(tl.float32) * scale
-        q2 = q2.to(tl.float32) * scale
-        q3 = q3.to(tl.float32) * scale
     return q0.to(DOT), q1.to(DOT), q2.to(DOT), q3.to(DOT)
 
 

@@ -7,17 +7,25 @@ its N side*, so no operand is padded from 8 heads to the MMA's 16 rows:
     scores  sT [N, ROWS]    = K codes [N tokens, W] . q plane^T [W, ROWS]     (per plane and group)
     output  accT [W/2, ROWS] = V codes^T [W/2, N tokens] . (p * V scale) [N, ROWS]   (even / odd columns)
 
+The scores are integer dots: K's codes as int8 against the query rounded to int8 at a
+power-of-two scale per row (query_codes), on the int8 tensor cores (mma m16n8k32), exact in
+int32 and converted once per group. The K operand's register holds 4 consecutive columns of a
+token, the cache's own byte order, so a plane costs one AND (and a shift shared by two planes);
+the fp16 operand it replaced took two PRMT and two LOP3 per 4 codes and twice the MMAs
+(session 16: 12-14 % fewer instructions in the tile loop).
+
 The P.V operand needs pairs of consecutive tokens per register (its contraction runs over
 tokens) while a token's bytes are contiguous in the cache. V's codes are therefore read as 16-bit
 words (the bytes of columns 2j, 2j + 1), transposed to [W/2, N] -- which the tensor-core operand
 load does with a transposing ldmatrix from shared memory -- and one register holding the words of
-tokens t, t + 1 is split by PRMT into the even-column pair and the odd-column pair. The output
-plane is kept as two accumulators, even and odd columns, interleaved again when stored.
+tokens t, t + 1 gives the even-column pair (masked in place) and the odd-column pair (shifted
+first). The output plane is kept as two accumulators, even and odd columns, interleaved again
+when stored. p stays fp16: its small weights would round to 0 in 8 bits.
 
-A plane's codes enter as the exact fp16 numbers M_P + code, M_P = 2**(10 - 2P) (PRMT spreads the
-bytes into 16-bit halves, LOP3 masks the plane's two bits in place under M_P's exponent); the
-M_P terms are cancelled by a bias per head (module docstring of common.py for the trick).
-Under TRITON_INTERPRET (no inline assembly) the codes come from shifts and masks and M_P = 0.
+V's codes enter as the exact fp16 numbers M_P + code, M_P = 2**(10 - 2P) (LOP3 masks the plane's
+two bits in place under M_P's exponent); the M_P terms are cancelled by a bias per head (module
+docstring of common.py for the trick). Under TRITON_INTERPRET (no inline assembly) the codes
+come from shifts and masks, M_P = 0 and no plane is lifted (k_codes).
 """
 
 import triton
@@ -26,12 +34,6 @@ import triton.language as tl
 from aphrodite_int2kv.kernels.common import column, load_tile, magic_bits, next_page
 
 
-# K: 4 code bytes of one token (columns j..j+3) -> two fp16 pairs (j, j+1), (j+2, j+3).
-# (Pairs (j, j+2), (j+1, j+3) would save the two PRMT per word, but then which query columns
-# meet which codes hangs on Triton's order of a thread's elements in the MMA operand: it held for
-# 8-head tiles and not for 16 and 32 on the H200, session 15 call 2.)
-_K_ASM = "{{\n.reg .b32 lo, hi;\nprmt.b32 lo, $2, 0, 0x5140;\nprmt.b32 hi, $2, 0, 0x5342;\n" \
-         "lop3.b32 $0, lo, {mask}, {magic}, 0xEA;\nlop3.b32 $1, hi, {mask}, {magic}, 0xEA;\n}}\n"
 # V: two 16-bit words, tokens t (low) and t+1 (high), each the bytes of columns 2j, 2j+1 ->
 # the fp16 pair of column 2j (tokens t, t+1: bytes 0 and 2, masked in place) and that of column
 # 2j+1 (bytes 1 and 3, shifted down first).
@@ -39,14 +41,26 @@ _VE_ASM = "lop3.b32 $0, $1, {mask}, {magic}, 0xEA;"
 _VO_ASM = "{{\n.reg .b32 w;\nshr.b32 w, $1, 8;\nlop3.b32 $0, w, {mask}, {magic}, 0xEA;\n}}\n"
 
 
+# K as int8 codes for the integer tensor cores (mma m16n8k32 s8, query rows as int8: query_codes).
+# Its operand register holds the 4 bytes of one token's columns j..j+3, which is how the cache
+# stores them, so a plane is one AND of the code word (planes 0 and 2) or of the word shifted by
+# 2 (planes 1 and 3; ptxas computes the shift once for both). Planes 2 and 3 are taken in place,
+# as 16 * code, where their group holds no plane 0 or 1 (k_codes): the group's scale carries the
+# 1/16. Otherwise (one group over all four planes) they are shifted down like the others.
+_K8_ASM = "and.b32 $0, $1, {mask};"
+_K8S_ASM = "{{\n.reg .b32 w;\nshr.b32 w, $1, {shift};\nand.b32 $0, w, {mask};\n}}\n"
+K8_ASM_0 = tl.constexpr(_K8_ASM.format(mask="0x03030303"))
+K8_ASM_1 = tl.constexpr(_K8S_ASM.format(shift=2, mask="0x03030303"))
+K8_ASM_2 = tl.constexpr(_K8S_ASM.format(shift=4, mask="0x03030303"))
+K8_ASM_3 = tl.constexpr(_K8S_ASM.format(shift=6, mask="0x03030303"))
+K8_ASM_2L = tl.constexpr(_K8_ASM.format(mask="0x30303030"))                  # 16 * code
+K8_ASM_3L = tl.constexpr(_K8S_ASM.format(shift=2, mask="0x30303030"))        # 16 * code
+
+
 def _asm(template: str, p: int) -> str:
     return template.format(**magic_bits(p))
 
 
-K_ASM_0 = tl.constexpr(_asm(_K_ASM, 0))
-K_ASM_1 = tl.constexpr(_asm(_K_ASM, 1))
-K_ASM_2 = tl.constexpr(_asm(_K_ASM, 2))
-K_ASM_3 = tl.constexpr(_asm(_K_ASM, 3))
 VE_ASM_0 = tl.constexpr(_asm(_VE_ASM, 0))
 VE_ASM_1 = tl.constexpr(_asm(_VE_ASM, 1))
 VE_ASM_2 = tl.constexpr(_asm(_VE_ASM, 2))
@@ -58,21 +72,55 @@ VO_ASM_3 = tl.constexpr(_asm(_VO_ASM, 3))
 
 
 @triton.jit
-def raw_k_plane(kbytes, P: tl.constexpr, FAST: tl.constexpr):
-    """Plane P of K's code bytes [N, W] uint8 -> M_P + code, fp16 [N, W] on the GPU (the plain
-    code in fp32 under the interpreter)."""
+def k_codes(kbytes, P: tl.constexpr, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr, FAST: tl.constexpr):
+    """Plane P of K's code bytes [N, W] uint8, for group g's dot -> int8 [N, W]: the codes, or
+    16 * the codes for planes 2, 3 *lifted*, where g holds no plane 0 or 1 (G <= 2W, g G >= 2W)."""
     if FAST:
         if P == 0:
-            asm: tl.constexpr = K_ASM_0
+            asm: tl.constexpr = K8_ASM_0
         elif P == 1:
-            asm: tl.constexpr = K_ASM_1
+            asm: tl.constexpr = K8_ASM_1
         elif P == 2:
-            asm: tl.constexpr = K_ASM_2
+            if G <= 2 * W and g * G >= 2 * W:
+                asm: tl.constexpr = K8_ASM_2L
+            else:
+                asm: tl.constexpr = K8_ASM_2
         else:
-            asm: tl.constexpr = K_ASM_3
-        return tl.inline_asm_elementwise(asm, "=r,=r,r", [kbytes], dtype=tl.float16, is_pure=True, pack=4)
+            if G <= 2 * W and g * G >= 2 * W:
+                asm: tl.constexpr = K8_ASM_3L
+            else:
+                asm: tl.constexpr = K8_ASM_3
+        return tl.inline_asm_elementwise(asm, "=r,r", [kbytes], dtype=tl.int8, is_pure=True, pack=4)
     else:
-        return ((kbytes >> (2 * P)) & 3).to(tl.float32)
+        return ((kbytes >> (2 * P)) & 3).to(tl.int8)
+
+
+@triton.jit
+def query_codes(q_ptr, token, stride_qt, q_head, stride_qh, hmask, W: tl.constexpr, scale):
+    """Rows q_head of query token `token`, times `scale`, as the folded tile's K dots take them:
+    q * scale ~ qscale * (q0 | q1 | q2 | q3), four planes int8 [ROWS, W] and qscale [ROWS] a power
+    of two, 2**(floor(log2 max |q * scale|) - 6), so that the largest entry rounds to 64..127 and
+    the scaling is exact (int2/reference.py query_codes rounds the same numbers the same way;
+    docs/format.md, "How decode reads it", for the error this adds). Masked rows are zeros."""
+    q_rows = q_ptr + token * stride_qt + q_head[:, None] * stride_qh + tl.arange(0, W)[None, :]
+    q0 = tl.load(q_rows + 0 * W, mask=hmask[:, None], other=0.0).to(tl.float32) * scale
+    q1 = tl.load(q_rows + 1 * W, mask=hmask[:, None], other=0.0).to(tl.float32) * scale
+    q2 = tl.load(q_rows + 2 * W, mask=hmask[:, None], other=0.0).to(tl.float32) * scale
+    q3 = tl.load(q_rows + 3 * W, mask=hmask[:, None], other=0.0).to(tl.float32) * scale
+    amax = tl.maximum(tl.maximum(tl.max(tl.abs(q0), axis=1), tl.max(tl.abs(q1), axis=1)),
+                      tl.maximum(tl.max(tl.abs(q2), axis=1), tl.max(tl.abs(q3), axis=1)))
+    # e: amax's biased exponent (floor(log2 amax) + 127; amax >= 1e-30 keeps both powers normal)
+    e = (tl.maximum(amax, 1e-30).to(tl.int32, bitcast=True) >> 23) & 0xFF
+    inv = (((260 - e) << 23).to(tl.float32, bitcast=True))[:, None]     # 2**(6 - floor(log2 amax))
+    qscale = ((e - 6) << 23).to(tl.float32, bitcast=True)              # its inverse
+    return _round_i8(q0 * inv), _round_i8(q1 * inv), _round_i8(q2 * inv), _round_i8(q3 * inv), qscale
+
+
+@triton.jit
+def _round_i8(x):
+    """To the nearest integer in [-127, 127] (halves away from 0; the conversion truncates) -> int8."""
+    x = tl.minimum(tl.maximum(x, -127.0), 127.0)
+    return tl.where(x >= 0, x + 0.5, x - 0.5).to(tl.int8)
 
 
 @triton.jit
@@ -133,26 +181,20 @@ def _pick(P: tl.constexpr, x0, x1, x2, x3):
 
 
 @triton.jit
-def query_sums(q0, q1, q2, q3, ROWS: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
-               FAST: tl.constexpr):
-    """Per query row and group, [ROWS, NG] fp32: (sum of q over the group's columns, sum over
-    planes of M_P * that sum in plane P) -- constants of the program, computed once."""
+def query_sums(q0, q1, q2, q3, ROWS: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr):
+    """Per query row and group, [ROWS, NG] fp32: the sum of q_int over the group's columns (exact),
+    which the K zeros multiply -- constants of the program, computed once."""
     gidx = tl.arange(0, NG)[None, :]
     cols = tl.arange(0, W)
     qsums = tl.zeros([ROWS, NG], tl.float32)
-    qmags = tl.zeros([ROWS, NG], tl.float32)
     for g in tl.static_range(NG):
-        qsum = tl.zeros([ROWS], tl.float32)
-        qmag = tl.zeros([ROWS], tl.float32)
+        qsum = tl.zeros([ROWS], tl.int32)
         for P in tl.static_range(4):
             if _overlaps(P, g, W, G):
-                qp = _pick(P, q0, q1, q2, q3).to(tl.float32)
-                part = tl.sum(tl.where(_in_group(P * W + cols, g, G)[None, :], qp, 0.0), axis=1)
-                qsum += part
-                qmag += part * magic(P, FAST)
-        qsums = tl.where(gidx == g, qsum[:, None], qsums)
-        qmags = tl.where(gidx == g, qmag[:, None], qmags)
-    return qsums, qmags
+                qp = _pick(P, q0, q1, q2, q3).to(tl.int32)
+                qsum += tl.sum(tl.where(_in_group(P * W + cols, g, G)[None, :], qp, 0), axis=1)
+        qsums = tl.where(gidx == g, qsum.to(tl.float32)[:, None], qsums)
+    return qsums
 
 
 @triton.jit
@@ -173,46 +215,60 @@ def _pv(acc, raw, pg, alpha, bias, rows_in_group, G: tl.constexpr, W: tl.constex
 
 
 @triton.jit
-def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qmags,
+def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qscale,
                      kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask,
                      ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                      DOT: tl.constexpr, FAST: tl.constexpr):
     """One tile of N tokens for ROWS query rows. kbytes [N, W] uint8, vwords [N, W/2] uint16 and
-    the metadata [N, NG] as load_tile returns them; q planes scaled by softmax scale * log2(e)
-    (query_planes), qsums / qmags from query_sums.
+    the metadata [N, NG] as load_tile returns them; q planes int8 and qscale from query_codes
+    (q * softmax scale * log2(e) = qscale * q_int), qsums from query_sums (of q_int).
 
-        s[t, h] = sum_g ks[t, g] (raw_g[t, :] . q_g[h, :] - qmag_g[h]) + kz[t, g] qsum_g[h]
+        s[t, h] = qscale[h] * sum_g ks[t, g] (codes_g[t, :] . q_int_g[h, :]) + kz[t, g] qsum_g[h]
         o[c, h] += sum_t raw[t, c] (p vs_g)[t, h] + (sum_t p vz_g)[h] - M_P (sum_t p vs_g)[h]
 
     Returns the updated (m_i, l_i, e0, o0, ..., e3, o3)."""
     k_scale = k_scale.to(tl.float32)
     k_zero = k_zero.to(tl.float32)
 
-    # --- scores, tokens as rows: sT [N, ROWS], already in log2 units (q carries the scale). The
-    # first group's terms start the sum (from zeros, every score paid an add of 0: 0 + x is not
-    # x for x = -0, so the compiler keeps it) and the others fuse into multiply-adds.
+    # --- scores, tokens as rows, in units of qscale: sT [N, ROWS]. Per group an exact integer dot
+    # (int8 codes . int8 q) converted once, then scale and zero; the first group starts the sum
+    # (from zeros every score paid an add of 0: 0 + x is not x for x = -0, the compiler keeps it).
     kcols = tl.arange(0, W)
     sT = tl.zeros([N, ROWS], tl.float32)
     for g in tl.static_range(NG):
-        # the group's dot starts from -qmag, so one multiply-add per score applies the scale
-        dg = tl.zeros([N, ROWS], tl.float32) - column(qmags, g, NG, ROWS)[None, :]
-        for P in tl.static_range(4):
-            if _overlaps(P, g, W, G):
-                qp = _pick(P, q0, q1, q2, q3)
-                if G < W:
-                    qp = tl.where(_in_group(P * W + kcols, g, G)[None, :], qp, 0.0)
-                dg = tl.dot(raw_k_plane(kbytes, P, FAST).to(DOT), tl.trans(qp), dg)
-        if g == 0:
-            sT = column(k_scale, g, NG, N)[:, None] * dg
+        dg = tl.zeros([N, ROWS], tl.int32)
+        if W < 32:
+            # the int8 MMA contracts 32 columns: planes P, P + 1 (always in one group, G >= 2W
+            # here) side by side, interleaved -- any order of the columns will do if q's matches
+            for P in tl.static_range(0, 4, 2):
+                if _overlaps(P, g, W, G):
+                    kk = tl.reshape(tl.join(k_codes(kbytes, P, g, W, G, FAST), k_codes(kbytes, P + 1, g, W, G, FAST)),
+                                    [N, 2 * W])
+                    qq = tl.reshape(tl.join(_pick(P, q0, q1, q2, q3), _pick(P + 1, q0, q1, q2, q3)), [ROWS, 2 * W])
+                    dg = tl.dot(kk, tl.trans(qq), dg, out_dtype=tl.int32)
         else:
-            sT = sT + column(k_scale, g, NG, N)[:, None] * dg
+            for P in tl.static_range(4):
+                if _overlaps(P, g, W, G):
+                    qp = _pick(P, q0, q1, q2, q3)
+                    if G < W:
+                        qp = tl.where(_in_group(P * W + kcols, g, G)[None, :], qp, 0)
+                    dg = tl.dot(k_codes(kbytes, P, g, W, G, FAST), tl.trans(qp), dg, out_dtype=tl.int32)
+        ks = column(k_scale, g, NG, N)
+        if FAST and G <= 2 * W and g * G >= 2 * W:      # lifted (k_codes)
+            ks = ks * 0.0625            # the codes came in as 16 * code
+        if g == 0:
+            sT = ks[:, None] * dg.to(tl.float32)
+        else:
+            sT = sT + ks[:, None] * dg.to(tl.float32)
         sT = sT + column(k_zero, g, NG, N)[:, None] * column(qsums, g, NG, ROWS)[None, :]
     sT = tl.where(nmask[:, None], sT, float("-inf"))
 
-    m_new = tl.maximum(m_i, tl.max(sT, axis=0))
+    # the softmax state stays in log2 units: the max is taken in qscale units (qscale > 0) and
+    # the exponent's subtraction becomes a multiply-add
+    m_new = tl.maximum(m_i, qscale * tl.max(sT, axis=0))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
-    pT = tl.exp2(sT - m_safe[None, :])
+    pT = tl.exp2(sT * qscale[None, :] - m_safe[None, :])
     l_i = l_i * alpha + tl.sum(pT, axis=0)
 
     # --- P.V, transposed: per group, P scaled by its V scales; per plane, even and odd columns
@@ -260,15 +316,15 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, q
 
 
 @triton.jit
-def folded_span(q0, q1, q2, q3, lo, hi, first, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
+def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
                 BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
                 G: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
                 TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr = 0):
     """Positions [max(lo, first), hi) of one sequence with the folded tile, N at a time from lo (a
-    multiple of N); arguments as common.int2_span's, but q planes already scaled by softmax scale *
-    log2(e) (query_planes). Returns the folded state (empty_pairs)."""
-    qsums, qmags = query_sums(q0, q1, q2, q3, ROWS, W, G, NG, FAST)
+    multiple of N); arguments as common.int2_span's, but the query as query_codes gives it (int8
+    planes and qscale, softmax scale * log2(e) included). Returns the folded state (empty_pairs)."""
+    qsums = query_sums(q0, q1, q2, q3, ROWS, W, G, NG)
     m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = empty_pairs(ROWS, W)
     ar = tl.arange(0, N)
     page_next = next_page(table_row, lo, hi, ar, BLOCK_SIZE, N, TABLE_AHEAD)
@@ -277,7 +333,7 @@ def folded_span(q0, q1, q2, q3, lo, hi, first, table_row, head_off, stride_cb, s
             n0, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
             BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, True, ODD_SHIFT)
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = int2_tile_folded(
-            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qmags,
+            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qscale,
             kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
     return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3
 
