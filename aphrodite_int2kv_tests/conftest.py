@@ -77,3 +77,36 @@ def run_python(code: str, env_extra: dict | None = None, timeout: int = 300, cpu
         code = CPU_PLATFORM + code
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env, timeout=timeout)
+
+
+# CI (.ci/run) runs this suite once per supported engine version. The engine-free modules (the
+# kernels and the format: torch and Triton only, no engine import) give the same result in every
+# venv that has the same torch and Triton, so after the first venv passes .ci/run sets
+# INT2KV_ENGINE_FREE_PASSED to that venv's "torch X triton Y"; a later venv with the same pair
+# deselects them (and says so), one with another pair runs them again. Unset: everything runs.
+ENGINE_FREE_MODULES = ("test_kernels.py", "test_int2_format.py")
+
+
+def _torch_triton() -> str:
+    import triton
+
+    return f"torch {torch.__version__} triton {triton.__version__}"
+
+
+def pytest_collection_modifyitems(config, items):
+    passed = os.environ.get("INT2KV_ENGINE_FREE_PASSED")
+    if not passed or passed != _torch_triton():
+        return
+    drop = [i for i in items if i.path.name in ENGINE_FREE_MODULES]
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = [i for i in items if i.path.name not in ENGINE_FREE_MODULES]
+        config._int2kv_engine_free_note = (
+            f"{len(drop)} engine-free tests ({', '.join(ENGINE_FREE_MODULES)}) deselected: they passed in an "
+            f"earlier venv with the same {passed} (INT2KV_ENGINE_FREE_PASSED)")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    note = getattr(config, "_int2kv_engine_free_note", None)
+    if note:
+        terminalreporter.write_line(note)

@@ -116,3 +116,24 @@ def test_upstream_diff_applies_to_0_21_sources_once(engine, patch_file, tmp_path
     assert patch("-p1", "-N").returncode == 0
     again = patch("-p1", "--dry-run", "-N")
     assert again.returncode != 0 and "previously applied" in again.stdout, again.stdout
+
+
+def test_ci_deselects_engine_free_tests_only_for_the_torch_and_triton_they_passed_with():
+    """.ci/run sets INT2KV_ENGINE_FREE_PASSED after its first venv: a venv with the same torch and
+    Triton deselects the engine-free modules (and says so); other versions, or none set, run them."""
+    import triton
+    import torch
+
+    def run(value):
+        env = {k: v for k, v in os.environ.items() if k != "INT2KV_ENGINE_FREE_PASSED"}
+        if value is not None:
+            env["INT2KV_ENGINE_FREE_PASSED"] = value
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "aphrodite_int2kv_tests/test_int2_format.py", "-k", "hadamard"],
+                              cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+    same = run(f"torch {torch.__version__} triton {triton.__version__}")
+    assert same.returncode == 5 and "engine-free tests (test_kernels.py, test_int2_format.py) deselected" in same.stdout
+    for value in ("torch 0.0 triton 0.0", None):
+        other = run(value)
+        assert other.returncode == 0 and " passed" in other.stdout and "engine-free" not in other.stdout

@@ -72,6 +72,32 @@ def test_eval_on_the_real_model_separates_schemes(small_eval):
     assert all(r["fp_ppl"] == fp["ppl"] and r["tokens"] == 384 for r in small_eval)
 
 
+def test_eval_scores_int2_keys_with_the_decode_query_rounding():
+    """Scheme(query_codes=True): the int2 keys after the uncentered first ones are scored as the
+    folded decode tile scores them (query rounded in the K-rotated basis, meeting the centered key,
+    q . offset exact): the same as reference.attend's folded scores on the keys the transform
+    reconstructs, and not the same as the exact query's."""
+    from aphrodite_int2kv.int2 import reference as R
+    from aphrodite_int2kv.int2.rotation import hadamard
+    from aphrodite_int2kv.quality.schemes import KVTransform, Scheme, attention_fn
+
+    torch.manual_seed(3)
+    T, Hq, Hkv, D, skip = 48, 6, 2, 64, 16
+    k = torch.randn(T, Hkv, D) + 4.0 * torch.randn(Hkv, D)
+    v, q = torch.randn(T, Hkv, D), torch.randn(T, Hq, D)
+    scheme = Scheme("s", "int2", center=True, center_skip=skip, center_from_cache=True, query_codes=True)
+    tf = KVTransform(scheme, D, Hkv, 1)
+    out = attention_fn(scheme, tf, D ** -0.5)(0, q, k, v)
+    kq, vq = tf(0, k, v)
+    H = hadamard(D)
+    q_hat = R.query_codes(q[-1:] @ H, D ** -0.5) @ H.T
+    ref = R.attend(q[-1:], kq, vq, D ** -0.5, q_folded=q_hat, folded_keys=(skip, T), folded_center=tf.offset[0])
+    torch.testing.assert_close(out[-1:], ref, atol=1e-5, rtol=0)
+    exact = attention_fn(Scheme("s", "int2", center=True, center_skip=skip, center_from_cache=True),
+                         KVTransform(scheme, D, Hkv, 1), D ** -0.5)(0, q, k, v)
+    assert 1e-5 < (exact[-1:] - out[-1:]).abs().max() < 0.1
+
+
 def test_eval_cli_prints_the_table(tmp_path, capsys):
     out = tmp_path / "rows.json"
     assert cli(["eval", "--schemes", "custom", "--tokens", "256", "--windows", "1", "--recent", "32",

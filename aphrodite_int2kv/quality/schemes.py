@@ -11,7 +11,7 @@ import torch
 
 from aphrodite_int2kv.int2.format import SlotLayout
 from aphrodite_int2kv.int2.quantizer import decode_slots, encode_slots
-from aphrodite_int2kv.int2.reference import rotate
+from aphrodite_int2kv.int2.reference import query_codes, rotate
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 
 
@@ -32,6 +32,8 @@ class Scheme:
     center_skip: int = 0         # ...except for the first N tokens, stored uncentered in int2
     center_from_cache: bool = False   # data-free offset: mean of the first center_skip keys as int2 reads them back
     center_mean_from: int = 0    # ...leaving the first N of them (attention sinks) out of the mean
+    query_codes: bool = False    # int2 keys (but uncentered first ones) scored as decode's folded tile does:
+    #                              with the query rounded to int8 in the K-rotated basis (reference.query_codes)
 
     def bits_per_element(self, head_dim: int, context: int = 32768) -> float:
         base = {"fp": 16.0, "fp8": 8.0,
@@ -99,6 +101,7 @@ class KVTransform:
         # ours: rotate, encode into int2 slots exactly as the store kernel does, decode
         rk, rv = self.rot_k[layer], self.rot_v[layer]
         offset = torch.zeros(1, k.shape[1], self.D)
+        self.offset = offset
         if s.center:   # a calibrated offset from the rotation file, else the first 32 keys' mean
             off = self.offsets.get(layer)
             offset = off.reshape(-1, self.D)[None] if off is not None else k[:32].mean(0, keepdim=True)
@@ -110,6 +113,7 @@ class KVTransform:
                                      s.lloyd_max, s.std_range)
                 kd0 = rotate(decode_slots(first, self.layout, s.lloyd_max)[0], rk.transpose(-1, -2))
                 offset = kd0[min(s.center_mean_from, n - 1):].mean(0, keepdim=True)
+        self.offset = offset
         slots = encode_slots(rotate(k - offset, rk), rotate(v, rv), self.layout, s.k_clip, s.v_clip,
                              s.lloyd_max, s.std_range)
         kd, vd = decode_slots(slots, self.layout, s.lloyd_max)
@@ -123,6 +127,18 @@ class KVTransform:
             k_rec = torch.cat([rotate(decode_slots(first, self.layout, s.lloyd_max)[0], rk.transpose(-1, -2)),
                                k_rec[n:]])
         return k_rec, rotate(vd, rv.transpose(-1, -2))
+
+    def folded_scores(self, layer: int, q, k_rec, sm_scale):
+        """Scores [Hq, T, T] (before sm_scale) of q [T, Hq, D] against the int2 keys k_rec [T, Hkv, D]
+        as decode's folded tile computes them: the query rounded in the K-rotated basis meets the
+        centered key, q . offset stays exact (reference.attend's folded_center)."""
+        ratio = q.shape[1] // k_rec.shape[1]
+        rk = self.rot_k[layer]
+        rq = rk.repeat_interleave(ratio, 0) if rk.shape[0] > 1 else rk
+        q_hat = rotate(query_codes(rotate(q, rq), sm_scale), rq.transpose(-1, -2))
+        off = self.offset.reshape(-1, self.D).repeat_interleave(ratio, 0)            # [Hq, D]
+        kc = (k_rec - self.offset).repeat_interleave(ratio, 1).transpose(0, 1)      # [Hq, T, D]
+        return q_hat.transpose(0, 1) @ kc.transpose(1, 2) + (q * off).sum(-1).transpose(0, 1)[..., None]
 
 
 def attention_fn(scheme: Scheme, transform: KVTransform, sm_scale: float):
@@ -141,7 +157,11 @@ def attention_fn(scheme: Scheme, transform: KVTransform, sm_scale: float):
         full = (j > t - scheme.recent) | (j < scheme.sink)                 # [T, T]
         if scheme.kind == "kivi":   # KIVI keeps the block still being filled in full precision
             full = full | (j // 32 == t // 32)
-        s = torch.where(full, qh @ kf.transpose(1, 2), qh @ kqh.transpose(1, 2)) * sm_scale
+        s_int2 = qh @ kqh.transpose(1, 2)
+        if scheme.query_codes and scheme.kind == "int2":   # the first center_skip keys: the tail's, exact q
+            first = scheme.center_skip if scheme.center else 0
+            s_int2 = torch.where(j >= first, transform.folded_scores(layer, q, kq, sm_scale), s_int2)
+        s = torch.where(full, qh @ kf.transpose(1, 2), s_int2) * sm_scale
         p = s.masked_fill(j > t, float("-inf")).softmax(-1)
         out = (p * full) @ vf + (p * ~full) @ vqh
         return out.transpose(0, 1)
@@ -180,4 +200,6 @@ def standard_schemes():
         Scheme("engine default: int2 hadamard G32 std-range + recent128", "int2", group_size=32,
                std_range=True, recent=128),
         engine_default_scheme(),
+        dataclasses.replace(engine_default_scheme(), name="engine default, decode's int8 query (session 16)",
+                            query_codes=True),
     ]
