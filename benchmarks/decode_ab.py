@@ -53,7 +53,8 @@ def main():
     ap.add_argument("--configs", default="32/4/128,16/2/256", help="Hq/Hkv/D,...")
     ap.add_argument("--contexts", default="32768,131072")
     ap.add_argument("--batches", default="8,32,64")
-    ap.add_argument("--per-sm", default="", help="extra split counts for the new side: programs per SM")
+    ap.add_argument("--per-sm", default="",
+                    help="extra split counts for the new side: programs per SM, each N or N:R (R: a register cap)")
     ap.add_argument("--variants", default="", help="extra new-side tiles: block_n/num_warps/num_stages,...")
     ap.add_argument("--short", default="",
                     help="extra new-side launches with other short shares: short_n/short_units,... (0/0: one "
@@ -99,11 +100,15 @@ def main():
                     acfg = mod.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
                     sides.append((m, mod.int2_decode, acfg.num_splits, acfg.kwargs()))
                 tiles = [tuple(map(int, v.split("/"))) for v in args.variants.split(",") if v]
-                for per_sm in [int(x) for x in args.per_sm.split(",") if x]:
+                for spec in [x for x in args.per_sm.split(",") if x]:
+                    per_sm, _, cap = spec.partition(":")
+                    per_sm = int(per_sm)
                     for bn, nw, ns in tiles or [(ncfg.block_n, ncfg.num_warps, ncfg.num_stages)]:
                         splits = max(1, min(256, per_sm * sms // (B * Hkv * math.ceil(Hq // Hkv / ncfg.block_h))))
                         kw = dict(ncfg.kwargs(), block_n=bn, num_warps=nw, num_stages=ns)
-                        sides.append((f"new/{per_sm}/{bn}/{nw}/{ns}", new.int2_decode, splits, kw))
+                        if cap:
+                            kw["maxnreg"] = int(cap)
+                        sides.append((f"new/{spec}/{bn}/{nw}/{ns}", new.int2_decode, splits, kw))
                 for v in [v for v in args.short.split(",") if v]:
                     sn, su = map(int, v.split("/"))
                     sides.append((f"new/short{sn}/{su}", new.int2_decode, ncfg.num_splits,
