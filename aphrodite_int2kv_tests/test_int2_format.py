@@ -135,6 +135,14 @@ def test_hadamard_refuses_dims_without_a_usable_block():
         hadamard(40)
 
 
+def _outlier_keys(D):
+    """K [512, 2, D] with 4 large outlier channels (as post-RoPE keys have), V [512, 2, D], q [4, 8, D]."""
+    k, v, q = torch.randn(512, 2, D), torch.randn(512, 2, D), torch.randn(4, 8, D)
+    ch = torch.randperm(D)[:4]
+    k[:, :, ch] = k[:, :, ch] * 8 + torch.randn(4) * 10
+    return k, v, q
+
+
 def test_rotation_lowers_attention_error_on_channel_outliers():
     """Attention output vs fp32 when K has a few large outlier channels (as post-RoPE keys do)."""
     from aphrodite_int2kv.int2.reference import attend
@@ -143,9 +151,7 @@ def test_rotation_lowers_attention_error_on_channel_outliers():
     D, H = 128, hadamard(128)
     plain_err, rot_err = [], []
     for _ in range(3):
-        k, v, q = torch.randn(512, 2, D), torch.randn(512, 2, D), torch.randn(4, 8, D)
-        ch = torch.randperm(D)[:4]
-        k[:, :, ch] = k[:, :, ch] * 8 + torch.randn(4) * 10
+        k, v, q = _outlier_keys(D)
         ref = attend(q, k, v, D ** -0.5)
         plain = attend(q, Q.fake_quantize(k, 32), Q.fake_quantize(v, 32), D ** -0.5)
         rot = attend(q @ H, Q.fake_quantize(k @ H, 32), Q.fake_quantize(v @ H, 32), D ** -0.5) @ H.T
@@ -158,7 +164,7 @@ def test_decode_query_rounding_adds_little_to_the_int2_error():
     """The folded decode tile scores int2 keys with the query rounded to int8 at a power-of-two
     step per row (reference.query_codes): the largest entry lands on 64..127, every entry within
     half a step, and on keys with outlier channels the attention error vs fp32 grows by < 5 % of
-    the 2-bit error it already has (the rounding is ~1/40 of the keys' score error)."""
+    the 2-bit error it already has (alone, the rounding's error is ~1/70 of the 2-bit keys')."""
     from aphrodite_int2kv.int2.reference import LOG2E, attend, query_codes
 
     torch.manual_seed(1)
@@ -174,9 +180,7 @@ def test_decode_query_rounding_adds_little_to_the_int2_error():
     assert ((qh - q) * c).abs().le(step / 2 + 1e-6).all() and not torch.equal(qh, q)
     base, rounded = [], []
     for _ in range(3):
-        k, v, q = torch.randn(512, 2, D), torch.randn(512, 2, D), torch.randn(4, 8, D)
-        ch = torch.randperm(D)[:4]
-        k[:, :, ch] = k[:, :, ch] * 8 + torch.randn(4) * 10
+        k, v, q = _outlier_keys(D)
         ref = attend(q, k, v, D ** -0.5)
         kq, vq = Q.fake_quantize(k @ H, 32), Q.fake_quantize(v @ H, 32)
         plain = attend(q @ H, kq, vq, D ** -0.5) @ H.T
