@@ -245,6 +245,26 @@ def test_folded_decode_sharp_scores(D, G, BS):
     torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_folded_decode_passes_a_non_finite_query_on(bad):
+    """The folded tile rounds the query to int8 (folded.query_codes): a NaN or Inf entry must not
+    be clamped into a code. Its row's output is NaN, as exact attention gives; the other rows
+    (same KV head, other KV head, other sequence) are unaffected."""
+    D, G, Hq, Hkv = 128, 64, 8, 2
+    L = SlotLayout(D, G)
+    seq_lens = [150, 70]
+    cache, bt, _ = paged_cache(L, seq_lens, Hkv, 16)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    q[0, 1, 5] = bad
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, fold=True, block_n=32)
+    assert torch.isnan(out[0, 1]).all()
+    keep = torch.ones(len(seq_lens), Hq, dtype=torch.bool)
+    keep[0, 1] = False
+    ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5, folded=True)
+    torch.testing.assert_close(out[keep].float(), ref[keep], atol=ATOL, rtol=0)
+
+
 @pytest.mark.parametrize("table_ahead", [False, True])
 @pytest.mark.parametrize("D,G,Hq,Hkv,BS,splits", DECODE_CASES[:8])
 def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits, table_ahead):

@@ -101,7 +101,8 @@ def query_codes(q_ptr, token, stride_qt, q_head, stride_qh, hmask, W: tl.constex
     q * scale ~ qscale * (q0 | q1 | q2 | q3), four planes int8 [ROWS, W] and qscale [ROWS] a power
     of two, 2**(floor(log2 max |q * scale|) - 6), so that the largest entry rounds to 64..127 and
     the scaling is exact (int2/reference.py query_codes rounds the same numbers the same way;
-    docs/format.md, "How decode reads it", for the error this adds). Masked rows are zeros."""
+    docs/format.md, "How decode reads it", for the error this adds). Masked rows are zeros; a row
+    holding NaN or Inf gets qscale NaN (its scores, and so its output, are NaN)."""
     q_rows = q_ptr + token * stride_qt + q_head[:, None] * stride_qh + tl.arange(0, W)[None, :]
     q0 = tl.load(q_rows + 0 * W, mask=hmask[:, None], other=0.0).to(tl.float32) * scale
     q1 = tl.load(q_rows + 1 * W, mask=hmask[:, None], other=0.0).to(tl.float32) * scale
@@ -113,6 +114,10 @@ def query_codes(q_ptr, token, stride_qt, q_head, stride_qh, hmask, W: tl.constex
     e = (tl.maximum(amax, 1e-30).to(tl.int32, bitcast=True) >> 23) & 0xFF
     inv = (((260 - e) << 23).to(tl.float32, bitcast=True))[:, None]     # 2**(6 - floor(log2 amax))
     qscale = ((e - 6) << 23).to(tl.float32, bitcast=True)              # its inverse
+    # a NaN or Inf in the row (max() passes over NaN, the clamp would hide both): NaN scores, as
+    # the exact query gives, so a model's NaN reaches the output instead of turning into codes
+    total = tl.sum(tl.abs(q0) + tl.abs(q1) + tl.abs(q2) + tl.abs(q3), axis=1)
+    qscale = tl.where(total < float("inf"), qscale, float("nan"))
     return _round_i8(q0 * inv), _round_i8(q1 * inv), _round_i8(q2 * inv), _round_i8(q3 * inv), qscale
 
 
