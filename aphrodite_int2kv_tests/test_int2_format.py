@@ -164,7 +164,7 @@ def test_decode_query_rounding_adds_little_to_the_int2_error():
     """The folded decode tile scores int2 keys with the query rounded to int8 at a power-of-two
     step per row (reference.query_codes): the largest entry lands on 64..127, every entry within
     half a step, and on keys with outlier channels the attention error vs fp32 grows by < 5 % of
-    the 2-bit error it already has (alone, the rounding's error is ~1/70 of the 2-bit keys')."""
+    the 2-bit error it already has."""
     from aphrodite_int2kv.int2.reference import LOG2E, attend, query_codes
 
     torch.manual_seed(1)

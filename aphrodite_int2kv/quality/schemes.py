@@ -101,7 +101,6 @@ class KVTransform:
         # ours: rotate, encode into int2 slots exactly as the store kernel does, decode
         rk, rv = self.rot_k[layer], self.rot_v[layer]
         offset = torch.zeros(1, k.shape[1], self.D)
-        self.offset = offset
         if s.center:   # a calibrated offset from the rotation file, else the first 32 keys' mean
             off = self.offsets.get(layer)
             offset = off.reshape(-1, self.D)[None] if off is not None else k[:32].mean(0, keepdim=True)
