@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Where a decode launch's time goes, program by program (GPU): a traced copy of this tree's
+kernels stamps the GPU's global nanosecond clock (%globaltimer) at each split program's entry,
+after its first tile, and at its end (with its multiprocessor), and at each merge program's entry,
+after its wait for the split launch, and at its end. Printed as percentiles relative to the first
+split program's entry: how long the wave takes to start, the prologue before data flows, the
+steady state, the spread of the ends (the wave waits for its last program) and the merge after it.
+
+The traced copy is made here (package `int2kv_trace` in a temporary folder): the stamps are
+inserted at anchors of the kernel source, each checked to occur once, and write to a buffer
+whose address is compiled in. The stamps cost a few instructions per tile; the untraced and
+traced launches are both timed (CUDA-graph replays, as decode_attention.py) to show by how much.
+
+  python3 benchmarks/decode_timeline.py --shapes 32/4/128/32768/8 --out $OUT/timeline.json
+"""
+import argparse
+import importlib
+import json
+import pathlib
+import shutil
+import sys
+import tempfile
+
+import torch
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from benchmarks.decode_ab import paged_batch  # noqa: E402
+from benchmarks.decode_attention import Timer  # noqa: E402
+from aphrodite_int2kv.int2.format import SlotLayout  # noqa: E402
+from aphrodite_int2kv.kernels import decode as untraced  # noqa: E402
+
+SLOTS = 4   # int64 per program: split (entry, first tile done, end, SM id), merge (entry, after wait, end, -)
+
+STAMP = '''
+
+@triton.jit
+def _now(x):
+    return tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [x], dtype=tl.int64, is_pure=False,
+                                     pack=1)
+
+
+@triton.jit
+def _smid(x):
+    return tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [x], dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def _trace_ptr(addr, program):
+    return (tl.full([], addr, tl.int64) + program.to(tl.int64) * {slots} * 8).to(tl.pointer_type(tl.int64))
+'''.format(slots=SLOTS)
+
+
+def _patch(path: pathlib.Path, edits):
+    text = path.read_text()
+    for old, new in edits:
+        n = text.count(old)
+        if n != 1:
+            raise SystemExit(f"decode_timeline: anchor found {n} times in {path.name} (the kernels changed; "
+                             f"update the anchors): {old!r}")
+        text = text.replace(old, new)
+    path.write_text(text)
+
+
+def traced_package(split_addr: int, merge_addr: int):
+    """Import a copy of aphrodite_int2kv as int2kv_trace with the stamps compiled in."""
+    tmp = pathlib.Path(tempfile.mkdtemp(prefix="int2kv_trace_"))
+    pkg = tmp / "int2kv_trace"
+    shutil.copytree(ROOT / "aphrodite_int2kv", pkg)
+    for f in pkg.rglob("*.py"):
+        f.write_text(f.read_text().replace("aphrodite_int2kv", "int2kv_trace"))
+    split_here = "tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)"
+    _patch(pkg / "kernels" / "folded.py", [
+        ("import triton.language as tl\n", "import triton.language as tl\n" + STAMP),
+        ("    for n0 in range(lo, hi, N):\n        nmask, page_next, kbytes, vwords,",
+         "    t_first = tl.full([], 9223372036854775807, tl.int64)\n"
+         "    for n0 in range(lo, hi, N):\n        nmask, page_next, kbytes, vwords,"),
+        ("kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)\n",
+         "kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)\n"
+         "        t_first = tl.where(n0 == lo, _now(n0), t_first)\n"
+         f"    tl.atomic_min(_trace_ptr({split_addr}, {split_here}) + 1, t_first)\n"),
+    ])
+    _patch(pkg / "kernels" / "decode.py", [
+        ("from aphrodite_int2kv".replace("aphrodite_int2kv", "int2kv_trace") + ".kernels.folded import",
+         "from int2kv_trace.kernels.folded import _now, _smid, _trace_ptr\nfrom int2kv_trace.kernels.folded import"),
+        ("    program = tl.program_id(0)\n    if UPSTREAM_HEAD_MAP:",
+         "    program = tl.program_id(0)\n    t_entry = _now(program)\n    if UPSTREAM_HEAD_MAP:"),
+        ("        first += n_tiles\n        batch += 1\n    if AFTER_TAIL:",
+         "        first += n_tiles\n        batch += 1\n"
+         f"    trace = _trace_ptr({split_addr}, {split_here})\n"
+         "    tl.store(trace, t_entry)\n    tl.store(trace + 2, _now(program))\n"
+         "    tl.store(trace + 3, _smid(program).to(tl.int64))\n    if AFTER_TAIL:"),
+        ("    batch = tl.program_id(0)\n    head = tl.program_id(1)\n    dims = tl.arange(0, D)\n",
+         "    batch = tl.program_id(0)\n    head = tl.program_id(1)\n    dims = tl.arange(0, D)\n"
+         "    t_entry = _now(batch)\n"),
+        ("    for c0 in range(0, count, CHUNK):\n        k = c0 + tl.arange(0, CHUNK)",
+         "    t_wait = _now(batch)\n"
+         "    for c0 in range(0, count, CHUNK):\n        k = c0 + tl.arange(0, CHUNK)"),
+        ("    tl.store(out_ptr + batch * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))\n",
+         "    tl.store(out_ptr + batch * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))\n"
+         f"    trace = _trace_ptr({merge_addr}, batch * tl.num_programs(1) + head)\n"
+         "    tl.store(trace, t_entry)\n    tl.store(trace + 1, t_wait)\n    tl.store(trace + 2, _now(batch))\n"),
+    ])
+    sys.path.insert(0, str(tmp))
+    return importlib.import_module("int2kv_trace.kernels.decode")
+
+
+def pct(x: torch.Tensor, qs=(0.0, 0.1, 0.5, 0.9, 0.99, 1.0)):
+    x = x.double().sort().values
+    return {f"p{int(q * 100)}": round(float(x[min(len(x) - 1, int(q * (len(x) - 1) + 0.5))]), 2) for q in qs}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default="32/4/128/32768/8,32/4/128/131072/8,16/2/256/32768/8,32/4/128/32768/32",
+                    help="Hq/Hkv/D/context/batch,...")
+    ap.add_argument("--repeats", type=int, default=5, help="traced launches per shape (the median run is kept)")
+    ap.add_argument("--out", default="decode_timeline.json")
+    args = ap.parse_args()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    max_programs, max_merge = 1 << 16, 1 << 14
+    split_buf = torch.empty(max_programs * SLOTS, dtype=torch.int64, device="cuda")
+    merge_buf = torch.empty(max_merge * SLOTS, dtype=torch.int64, device="cuda")
+    traced = traced_package(split_buf.data_ptr(), merge_buf.data_ptr())
+    timer = Timer(graph=True)
+    rows = []
+    for shape in args.shapes.split(","):
+        Hq, Hkv, D, S, B = map(int, shape.split("/"))
+        L = SlotLayout(D, 64)
+        cache, table, seq = paged_batch(L, [S] * B, 128, Hkv)
+        q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+        cfg = untraced.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
+        kw = cfg.kwargs()
+        n_split = cfg.num_splits * B * Hkv * -(-(Hq // Hkv) // cfg.block_h)
+        assert n_split <= max_programs and B * Hq <= max_merge
+        plain = lambda: untraced.int2_decode(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)  # noqa: E731
+        stamped = lambda: traced.int2_decode(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)  # noqa: E731
+        us_plain, us_traced = timer.median_us(plain), timer.median_us(stamped)
+        out_plain, out_traced = plain(), stamped()
+        torch.cuda.synchronize()
+        assert torch.equal(out_plain, out_traced), "the traced kernels compute something else"
+        runs = []
+        for _ in range(args.repeats):
+            split_buf.fill_(-1)
+            split_buf.view(-1, SLOTS)[:, 1] = (1 << 63) - 1
+            merge_buf.fill_(-1)
+            timer.flush.zero_()
+            torch.cuda.synchronize()
+            stamped()
+            torch.cuda.synchronize()
+            s = split_buf.view(-1, SLOTS)[:n_split].cpu()
+            m = merge_buf.view(-1, SLOTS)[:B * Hq].cpu()
+            assert (s[:, 0] > 0).all() and (m[:, 2] > 0).all(), "a program left no stamp"
+            t0 = int(s[:, 0].min())
+            runs.append((int(m[:, 2].max()) - t0, s, m, t0))
+        runs.sort(key=lambda r: r[0])
+        span, s, m, t0 = runs[len(runs) // 2]
+        us = lambda col: (col - t0).double() / 1e3  # noqa: E731
+        has_tile = s[:, 1] < (1 << 62)
+        row = dict(shape=shape, num_splits=cfg.num_splits, split_programs=n_split, launch=repr(cfg),
+                   event_us_untraced=round(us_plain, 2), event_us_traced=round(us_traced, 2),
+                   stamped_span_us=round(span / 1e3, 2),
+                   split_entry_us=pct(us(s[:, 0])), split_first_tile_us=pct(us(s[has_tile, 1])),
+                   split_end_us=pct(us(s[:, 2])), split_duration_us=pct(us(s[:, 2]) - us(s[:, 0])),
+                   merge_entry_us=pct(us(m[:, 0])), merge_after_wait_us=pct(us(m[:, 1])),
+                   merge_end_us=pct(us(m[:, 2])),
+                   programs_per_sm=pct(torch.bincount(s[:, 3].long(), minlength=sms).double()))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del cache
+    pathlib.Path(args.out).write_text(json.dumps(dict(
+        command=" ".join(sys.argv), gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
+        rows=rows), indent=1))
+
+
+if __name__ == "__main__":
+    main()
