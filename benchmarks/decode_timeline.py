@@ -110,6 +110,28 @@ def pct(x: torch.Tensor, qs=(0.0, 0.1, 0.5, 0.9, 0.99, 1.0)):
     return {f"p{int(q * 100)}": round(float(x[min(len(x) - 1, int(q * (len(x) - 1) + 0.5))]), 2) for q in qs}
 
 
+def per_sm(s: torch.Tensor, t0: int, sms: int) -> dict:
+    """Is the spread of the split programs' ends within multiprocessors or between them? Per SM:
+    its last end and the range of its programs' ends; the correlation, within SMs, of a program's
+    rank by entry with its rank by end (greedy warp scheduling favours the oldest warps)."""
+    end = (s[:, 2] - t0).double() / 1e3
+    sm = s[:, 3].long()
+    last, spread, corr = [], [], []
+    for i in range(sms):
+        idx = (sm == i).nonzero().flatten()
+        if len(idx) < 2:
+            continue
+        e = end[idx]
+        last.append(float(e.max()))
+        spread.append(float(e.max() - e.min()))
+        r_entry = s[idx, 0].argsort().argsort().double()
+        r_end = e.argsort().argsort().double()
+        corr.append(float(torch.corrcoef(torch.stack([r_entry, r_end]))[0, 1]))
+    t = lambda v: torch.tensor(v, dtype=torch.float64)  # noqa: E731
+    return dict(sm_last_end_us=pct(t(last)), sm_end_range_us=pct(t(spread)),
+                entry_rank_vs_end_rank_corr=pct(t(corr)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="32/4/128/32768/8,32/4/128/131072/8,16/2/256/32768/8,32/4/128/32768/32",
@@ -123,7 +145,7 @@ def main():
     merge_buf = torch.empty(max_merge * SLOTS, dtype=torch.int64, device="cuda")
     traced = traced_package(split_buf.data_ptr(), merge_buf.data_ptr())
     timer = Timer(graph=True)
-    rows = []
+    rows, raw = [], {}
     for shape in args.shapes.split(","):
         Hq, Hkv, D, S, B = map(int, shape.split("/"))
         L = SlotLayout(D, 64)
@@ -164,13 +186,16 @@ def main():
                    split_end_us=pct(us(s[:, 2])), split_duration_us=pct(us(s[:, 2]) - us(s[:, 0])),
                    merge_entry_us=pct(us(m[:, 0])), merge_after_wait_us=pct(us(m[:, 1])),
                    merge_end_us=pct(us(m[:, 2])),
-                   programs_per_sm=pct(torch.bincount(s[:, 3].long(), minlength=sms).double()))
+                   programs_per_sm=pct(torch.bincount(s[:, 3].long(), minlength=sms).double()),
+                   **per_sm(s, t0, sms))
+        raw[shape] = dict(split=s, merge=m, t0=t0)
         rows.append(row)
         print(json.dumps(row), flush=True)
         del cache
     pathlib.Path(args.out).write_text(json.dumps(dict(
         command=" ".join(sys.argv), gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
         rows=rows), indent=1))
+    torch.save(raw, str(pathlib.Path(args.out).with_suffix(".pt")))   # the stamps, int64 ns (SLOTS columns)
 
 
 if __name__ == "__main__":

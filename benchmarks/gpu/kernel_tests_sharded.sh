@@ -2,10 +2,10 @@
 # Every kernel test with real compilation, in 4 parallel pytest shards (compiling is what takes the
 # time on the H200 machine's 16 cores): logs DIR/kernel_tests_shard_*.log. Exit status 1 when any
 # shard reports a failure or an error.
-#   bash benchmarks/gpu/kernel_tests_sharded.sh DIR [TIMEOUT_S]
+#   [K=EXPR] bash benchmarks/gpu/kernel_tests_sharded.sh DIR [TIMEOUT_S]     (K: pytest -k, a subset)
 set -u
 dir=$1; limit=${2:-200}
-python3 -m pytest -q -p no:cacheprovider --collect-only aphrodite_int2kv_tests/test_kernels.py 2>/dev/null \
+python3 -m pytest -q -p no:cacheprovider --collect-only ${K:+-k "$K"} aphrodite_int2kv_tests/test_kernels.py 2>/dev/null \
   | grep "::" > /tmp/ids; echo "$(wc -l < /tmp/ids) kernel tests"
 rm -f /tmp/shard_*; split -n r/4 /tmp/ids /tmp/shard_
 for f in /tmp/shard_*; do
