@@ -83,8 +83,8 @@ def traced_package(split_addr: int, merge_addr: int):
     _patch(pkg / "kernels" / "decode.py", [
         ("from aphrodite_int2kv".replace("aphrodite_int2kv", "int2kv_trace") + ".kernels.folded import",
          "from int2kv_trace.kernels.folded import _now, _smid, _trace_ptr\nfrom int2kv_trace.kernels.folded import"),
-        ("    program = tl.program_id(0)\n    if UPSTREAM_HEAD_MAP:",
-         "    program = tl.program_id(0)\n    t_entry = _now(program)\n    if UPSTREAM_HEAD_MAP:"),
+        ("    program = tl.program_id(1)\n    if UPSTREAM_HEAD_MAP:",
+         "    program = tl.program_id(1)\n    t_entry = _now(program)\n    if UPSTREAM_HEAD_MAP:"),
         ("        first += n_tiles\n        batch += 1\n    if AFTER_TAIL:",
          "        first += n_tiles\n        batch += 1\n"
          f"    trace = _trace_ptr({split_addr}, {split_here})\n"
