@@ -132,10 +132,59 @@ def per_sm(s: torch.Tensor, t0: int, sms: int) -> dict:
                 entry_rank_vs_end_rank_corr=pct(t(corr)))
 
 
+def timeline(shape, tiers, cfg, kw, q, cache, table, seq, L, traced, timer, split_buf, merge_buf, repeats, sms, raw):
+    """One launch configuration's stamps (median of `repeats` traced launches) -> a summary row."""
+    B, Hq, D = q.shape
+    Hkv = cache.shape[2]
+    max_programs, max_merge = split_buf.numel() // SLOTS, merge_buf.numel() // SLOTS
+        n_split = cfg.num_splits * B * Hkv * -(-(Hq // Hkv) // cfg.block_h)
+    assert n_split <= max_programs and B * Hq <= max_merge
+    plain = lambda: untraced.int2_decode(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)  # noqa: E731
+    stamped = lambda: traced.int2_decode(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)  # noqa: E731
+    us_plain, us_traced = timer.median_us(plain), timer.median_us(stamped)
+    out_plain, out_traced = plain(), stamped()
+    torch.cuda.synchronize()
+    assert torch.equal(out_plain, out_traced), "the traced kernels compute something else"
+    runs = []
+    for _ in range(repeats):
+        split_buf.fill_(-1)
+        split_buf.view(-1, SLOTS)[:, 1] = (1 << 63) - 1
+        merge_buf.fill_(-1)
+        timer.flush.zero_()
+        torch.cuda.synchronize()
+        stamped()
+        torch.cuda.synchronize()
+        s = split_buf.view(-1, SLOTS)[:n_split].cpu()
+        m = merge_buf.view(-1, SLOTS)[:B * Hq].cpu()
+        assert (s[:, 0] > 0).all() and (m[:, 2] > 0).all(), "a program left no stamp"
+        t0 = int(s[:, 0].min())
+        runs.append((int(m[:, 2].max()) - t0, s, m, t0))
+    runs.sort(key=lambda r: r[0])
+    span, s, m, t0 = runs[len(runs) // 2]
+    us = lambda col: (col - t0).double() / 1e3  # noqa: E731
+    has_tile = s[:, 1] < (1 << 62)
+    row = dict(shape=shape, tiers=tiers, num_splits=cfg.num_splits, split_programs=n_split, launch=repr(cfg),
+               event_us_untraced=round(us_plain, 2), event_us_traced=round(us_traced, 2),
+               stamped_span_us=round(span / 1e3, 2),
+               split_entry_us=pct(us(s[:, 0])), split_first_tile_us=pct(us(s[has_tile, 1])),
+               split_end_us=pct(us(s[:, 2])), split_duration_us=pct(us(s[:, 2]) - us(s[:, 0])),
+               merge_entry_us=pct(us(m[:, 0])), merge_after_wait_us=pct(us(m[:, 1])),
+               merge_end_us=pct(us(m[:, 2])),
+               programs_per_sm=pct(torch.bincount(s[:, 3].long(), minlength=sms).double()),
+               **per_sm(s, t0, sms))
+    # mean end per dispatch tier (launch order // (4 * SMs): one program per scheduler each)
+    tier = torch.arange(len(s)) // (4 * sms)
+    row["tier_mean_end_us"] = [round(float(us(s[tier == k, 2]).mean()), 1) for k in range(int(tier.max()) + 1)]
+    raw[f"{shape}/{tiers}"] = dict(split=s, merge=m, t0=t0)
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="32/4/128/32768/8,32/4/128/131072/8,16/2/256/32768/8,32/4/128/32768/32",
                     help="Hq/Hkv/D/context/batch,...")
+    ap.add_argument("--tiers", default="", help="also launch with these tier weights (int2_decode tier_weights): "
+                    "w0:w1:w2:w3,... (tier_len as decode_ab.py's)")
     ap.add_argument("--repeats", type=int, default=5, help="traced launches per shape (the median run is kept)")
     ap.add_argument("--out", default="decode_timeline.json")
     args = ap.parse_args()
@@ -152,45 +201,14 @@ def main():
         cache, table, seq = paged_batch(L, [S] * B, 128, Hkv)
         q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
         cfg = untraced.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
-        kw = cfg.kwargs()
-        n_split = cfg.num_splits * B * Hkv * -(-(Hq // Hkv) // cfg.block_h)
-        assert n_split <= max_programs and B * Hq <= max_merge
-        plain = lambda: untraced.int2_decode(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)  # noqa: E731
-        stamped = lambda: traced.int2_decode(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)  # noqa: E731
-        us_plain, us_traced = timer.median_us(plain), timer.median_us(stamped)
-        out_plain, out_traced = plain(), stamped()
-        torch.cuda.synchronize()
-        assert torch.equal(out_plain, out_traced), "the traced kernels compute something else"
-        runs = []
-        for _ in range(args.repeats):
-            split_buf.fill_(-1)
-            split_buf.view(-1, SLOTS)[:, 1] = (1 << 63) - 1
-            merge_buf.fill_(-1)
-            timer.flush.zero_()
-            torch.cuda.synchronize()
-            stamped()
-            torch.cuda.synchronize()
-            s = split_buf.view(-1, SLOTS)[:n_split].cpu()
-            m = merge_buf.view(-1, SLOTS)[:B * Hq].cpu()
-            assert (s[:, 0] > 0).all() and (m[:, 2] > 0).all(), "a program left no stamp"
-            t0 = int(s[:, 0].min())
-            runs.append((int(m[:, 2].max()) - t0, s, m, t0))
-        runs.sort(key=lambda r: r[0])
-        span, s, m, t0 = runs[len(runs) // 2]
-        us = lambda col: (col - t0).double() / 1e3  # noqa: E731
-        has_tile = s[:, 1] < (1 << 62)
-        row = dict(shape=shape, num_splits=cfg.num_splits, split_programs=n_split, launch=repr(cfg),
-                   event_us_untraced=round(us_plain, 2), event_us_traced=round(us_traced, 2),
-                   stamped_span_us=round(span / 1e3, 2),
-                   split_entry_us=pct(us(s[:, 0])), split_first_tile_us=pct(us(s[has_tile, 1])),
-                   split_end_us=pct(us(s[:, 2])), split_duration_us=pct(us(s[:, 2]) - us(s[:, 0])),
-                   merge_entry_us=pct(us(m[:, 0])), merge_after_wait_us=pct(us(m[:, 1])),
-                   merge_end_us=pct(us(m[:, 2])),
-                   programs_per_sm=pct(torch.bincount(s[:, 3].long(), minlength=sms).double()),
-                   **per_sm(s, t0, sms))
-        raw[shape] = dict(split=s, merge=m, t0=t0)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        head_tiles = Hkv * -(-(Hq // Hkv) // cfg.block_h)
+        for tiers in [""] + [t for t in args.tiers.split(",") if t]:
+            kw = cfg.kwargs()
+            if tiers:
+                kw.update(tier_weights=tuple(map(int, tiers.split(":"))), tier_len=max(1, round(4 * sms / head_tiles)))
+            rows.append(timeline(shape, tiers, cfg, kw, q, cache, table, seq, L, traced, timer, split_buf, merge_buf,
+                                 args.repeats, sms, raw))
+            print(json.dumps(rows[-1]), flush=True)
         del cache
     pathlib.Path(args.out).write_text(json.dumps(dict(
         command=" ".join(sys.argv), gpu=torch.cuda.get_device_name(0), torch=torch.__version__,
