@@ -137,7 +137,7 @@ def timeline(shape, tiers, cfg, kw, q, cache, table, seq, L, traced, timer, spli
     B, Hq, D = q.shape
     Hkv = cache.shape[2]
     max_programs, max_merge = split_buf.numel() // SLOTS, merge_buf.numel() // SLOTS
-        n_split = cfg.num_splits * B * Hkv * -(-(Hq // Hkv) // cfg.block_h)
+    n_split = cfg.num_splits * B * Hkv * -(-(Hq // Hkv) // cfg.block_h)
     assert n_split <= max_programs and B * Hq <= max_merge
     plain = lambda: untraced.int2_decode(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)  # noqa: E731
     stamped = lambda: traced.int2_decode(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)  # noqa: E731
