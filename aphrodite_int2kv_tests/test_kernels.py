@@ -703,34 +703,21 @@ def test_decode_with_sinks_and_window_together(S, R, splits):
     assert (no_window.float() - out.float()).abs().max() > 0.05
 
 
-def split_shares(tiles: list[int], programs: int, weights=(), tier_len=0) -> set[tuple[int, int]]:
+def split_shares(tiles: list[int], programs: int) -> set[tuple[int, int]]:
     """The (program, sequence) pairs of the balanced split launch (decode.py stage 1), in plain
     Python: the batch's tiles concatenated, program p taking tiles [p * T // P, (p + 1) * T // P),
-    or tile p alone when there are fewer tiles than programs (P > T: programs from T on take none).
-    With tier weights, where every program gets a tile (T min(w) >= P max(w)): [T C(p) // C(P),
-    T C(p + 1) // C(P)), C(p) the weights of programs below p, program q weighing
-    weights[min(q // tier_len, 3)]."""
+    or tile p alone when there are fewer tiles than programs (P > T: programs from T on take none)."""
     T, pairs, ends = sum(tiles), set(), [sum(tiles[:b + 1]) for b in range(len(tiles))]
-    weighted = bool(weights) and T * min(weights) >= programs * max(weights)
-    cum = [0]
-    for q in range(programs):
-        cum.append(cum[-1] + (weights[min(q // tier_len, 3)] if weighted else 1))
     for p in range(programs):
-        if weighted or T >= programs:
-            t0, t1 = T * cum[p] // cum[-1], T * cum[p + 1] // cum[-1]
-        else:
-            t0, t1 = min(p, T), min(p + 1, T)
+        t0, t1 = (p * T // programs, (p + 1) * T // programs) if T >= programs else (min(p, T), min(p + 1, T))
         pairs |= {(p, b) for b in range(len(tiles)) if t1 > t0 and tiles[b] and ends[b] - tiles[b] < t1 and ends[b] > t0}
     return pairs
 
 
-@pytest.mark.parametrize("fold,splits,block_n,short_n,short_units,tiers", [
-    (True, 3, 16, 0, 0, None), (False, 3, 16, 0, 0, None), (True, 12, 16, 0, 0, None),
-    (True, 3, 32, 16, 3, None), (False, 3, 32, 16, 3, None), (True, 3, 32, 16, 2, None),
-    (True, 3, 16, 0, 0, ((2, 2, 1, 1), 5)), (True, 1, 16, 0, 0, ((4, 3, 2, 1), 1)),
-    (False, 1, 16, 0, 0, ((4, 3, 2, 1), 1)), (True, 1, 32, 16, 8, ((1, 2, 3, 4), 2)),
-    (True, 3, 32, 16, 3, ((3, 2, 1, 1), 4))])
-def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, block_n, short_n, short_units, tiers):
+@pytest.mark.parametrize("fold,splits,block_n,short_n,short_units", [
+    (True, 3, 16, 0, 0), (False, 3, 16, 0, 0), (True, 12, 16, 0, 0),
+    (True, 3, 32, 16, 3), (False, 3, 32, 16, 3), (True, 3, 32, 16, 2)])
+def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, block_n, short_n, short_units):
     """The batch's int2 tiles are dealt evenly to num_splits * B programs per head tile, a share
     crossing sequences writing one partial result for each (program p's for sequence b at slot
     p + b); the merge reads those slots and the tail's only. The workspace starts as NaN, so a slot
@@ -738,11 +725,7 @@ def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, b
     tiles (all sinks and window), with 5 sinks and a window of 20; 3 programs per sequence (18 for
     43 tiles) or 12 (72 programs: the first 43 take one tile each, the others none and write nothing).
     Short shares (short_n 16, block_n 32): the 43 tiles of 16 average 2.4 per program, so with
-    short_units 3 the launch deals tiles of 16, with short_units 2 tiles of 32 (23).
-    Tier weights (weights, tier_len): dealt in proportion where every program then gets a tile
-    (43 tiles to 18 programs at weights 2:1, to 6 at 4:3:2:1 and 1:2:3:4 in tiers of 1 and 2),
-    evenly where not (3:1 for 18 programs)."""
-    weights, tier_len = tiers or ((), 0)
+    short_units 3 the launch deals tiles of 16, with short_units 2 tiles of 32 (23)."""
     D, Hq, Hkv, S, R = 128, 8, 2, 5, 20
     L = SlotLayout(D, 64)
     seq_lens = [S + R + 200, 3, 0, S + R + 17, 250, S + R + 16 * 12 - 3]
@@ -755,8 +738,7 @@ def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, b
     ws = (torch.full((B * Hq * slots * D,), float("nan"), device=DEVICE),
           torch.full((B * Hq * slots,), float("nan"), device=DEVICE))
     out = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, k_center=c, sinks=S, window=(k_win, v_win, wbt, R),
-                      workspace=ws, fold=fold, block_n=block_n, short_n=short_n, short_units=short_units,
-                      tier_weights=weights, tier_len=tier_len)
+                      workspace=ws, fold=fold, block_n=block_n, short_n=short_n, short_units=short_units)
     assert torch.isfinite(out).all() and (out[2] == 0).all()
     for b, n in enumerate(seq_lens):
         if n:
@@ -774,7 +756,7 @@ def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, b
     assert tiles == ([13, 0, 0, 2, 15, 13] if unit == 16 else [7, 0, 0, 1, 8, 7])
     P = splits * B
     written_slots = (~torch.isnan(ws[1].view(Hq, B * slots)[0, :P + B])).nonzero().flatten().tolist()
-    assert written_slots == sorted(p + b for p, b in split_shares(tiles, P, weights, tier_len))
+    assert written_slots == sorted(p + b for p, b in split_shares(tiles, P))
 
 
 @pytest.mark.parametrize("block_n,short_n,short_units", [(64, 8, 4), (64, 48, 4), (32, 16, -1)])

@@ -59,9 +59,6 @@ def main():
     ap.add_argument("--short", default="",
                     help="extra new-side launches with other short shares: short_n/short_units,... (0/0: one "
                          "loop of block_n; 32/0: both loops compiled, never short)")
-    ap.add_argument("--tiers", default="",
-                    help="extra new-side launches with tier weights (int2_decode tier_weights): w0:w1:w2:w3,... "
-                         "(tier_len: 4 * SMs / head tiles, programs of a head tile per dispatch tier)")
     ap.add_argument("--head-major", action="store_true",
                     help="also time the new side on the same pages read heads first (pages_heads_first)")
     ap.add_argument("--heads-first", action="store_true",
@@ -116,11 +113,6 @@ def main():
                     sn, su = map(int, v.split("/"))
                     sides.append((f"new/short{sn}/{su}", new.int2_decode, ncfg.num_splits,
                                   dict(ncfg.kwargs(), short_n=sn, short_units=su)))
-                for v in [v for v in args.tiers.split(",") if v]:
-                    w = tuple(map(int, v.split(":")))
-                    head_tiles = Hkv * math.ceil(Hq // Hkv / ncfg.block_h)
-                    sides.append((f"new/tiers{v}", new.int2_decode, ncfg.num_splits,
-                                  dict(ncfg.kwargs(), tier_weights=w, tier_len=max(1, round(4 * sms / head_tiles)))))
                 if args.head_major:   # the same pages, each page's slots heads first
                     hm = pages_heads_first(cache)
                     ref_hm = R.decode_reference(q[:2].float(), hm, table[:2], short[:2], L, D ** -0.5)

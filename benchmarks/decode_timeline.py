@@ -83,8 +83,8 @@ def traced_package(split_addr: int, merge_addr: int):
     _patch(pkg / "kernels" / "decode.py", [
         ("from aphrodite_int2kv".replace("aphrodite_int2kv", "int2kv_trace") + ".kernels.folded import",
          "from int2kv_trace.kernels.folded import _now, _smid, _trace_ptr\nfrom int2kv_trace.kernels.folded import"),
-        ("    program = tl.program_id(1)\n    if UPSTREAM_HEAD_MAP:",
-         "    program = tl.program_id(1)\n    t_entry = _now(program)\n    if UPSTREAM_HEAD_MAP:"),
+        ("    program = tl.program_id(0)\n    if UPSTREAM_HEAD_MAP:",
+         "    program = tl.program_id(0)\n    t_entry = _now(program)\n    if UPSTREAM_HEAD_MAP:"),
         ("        first += n_tiles\n        batch += 1\n    if AFTER_TAIL:",
          "        first += n_tiles\n        batch += 1\n"
          f"    trace = _trace_ptr({split_addr}, {split_here})\n"
@@ -132,7 +132,7 @@ def per_sm(s: torch.Tensor, t0: int, sms: int) -> dict:
                 entry_rank_vs_end_rank_corr=pct(t(corr)))
 
 
-def timeline(shape, tiers, cfg, kw, q, cache, table, seq, L, traced, timer, split_buf, merge_buf, repeats, sms, raw):
+def timeline(shape, cfg, kw, q, cache, table, seq, L, traced, timer, split_buf, merge_buf, repeats, sms, raw):
     """One launch configuration's stamps (median of `repeats` traced launches) -> a summary row."""
     B, Hq, D = q.shape
     Hkv = cache.shape[2]
@@ -163,7 +163,7 @@ def timeline(shape, tiers, cfg, kw, q, cache, table, seq, L, traced, timer, spli
     span, s, m, t0 = runs[len(runs) // 2]
     us = lambda col: (col - t0).double() / 1e3  # noqa: E731
     has_tile = s[:, 1] < (1 << 62)
-    row = dict(shape=shape, tiers=tiers, num_splits=cfg.num_splits, split_programs=n_split, launch=repr(cfg),
+    row = dict(shape=shape, num_splits=cfg.num_splits, split_programs=n_split, launch=repr(cfg),
                event_us_untraced=round(us_plain, 2), event_us_traced=round(us_traced, 2),
                stamped_span_us=round(span / 1e3, 2),
                split_entry_us=pct(us(s[:, 0])), split_first_tile_us=pct(us(s[has_tile, 1])),
@@ -175,7 +175,7 @@ def timeline(shape, tiers, cfg, kw, q, cache, table, seq, L, traced, timer, spli
     # mean end per dispatch tier (launch order // (4 * SMs): one program per scheduler each)
     tier = torch.arange(len(s)) // (4 * sms)
     row["tier_mean_end_us"] = [round(float(us(s[tier == k, 2]).mean()), 1) for k in range(int(tier.max()) + 1)]
-    raw[f"{shape}/{tiers}"] = dict(split=s, merge=m, t0=t0)
+    raw[shape] = dict(split=s, merge=m, t0=t0)
     return row
 
 
@@ -183,8 +183,6 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="32/4/128/32768/8,32/4/128/131072/8,16/2/256/32768/8,32/4/128/32768/32",
                     help="Hq/Hkv/D/context/batch,...")
-    ap.add_argument("--tiers", default="", help="also launch with these tier weights (int2_decode tier_weights): "
-                    "w0:w1:w2:w3,... (tier_len as decode_ab.py's)")
     ap.add_argument("--repeats", type=int, default=5, help="traced launches per shape (the median run is kept)")
     ap.add_argument("--out", default="decode_timeline.json")
     args = ap.parse_args()
@@ -201,14 +199,9 @@ def main():
         cache, table, seq = paged_batch(L, [S] * B, 128, Hkv)
         q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
         cfg = untraced.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
-        head_tiles = Hkv * -(-(Hq // Hkv) // cfg.block_h)
-        for tiers in [""] + [t for t in args.tiers.split(",") if t]:
-            kw = cfg.kwargs()
-            if tiers:
-                kw.update(tier_weights=tuple(map(int, tiers.split(":"))), tier_len=max(1, round(4 * sms / head_tiles)))
-            rows.append(timeline(shape, tiers, cfg, kw, q, cache, table, seq, L, traced, timer, split_buf, merge_buf,
-                                 args.repeats, sms, raw))
-            print(json.dumps(rows[-1]), flush=True)
+        rows.append(timeline(shape, cfg, cfg.kwargs(), q, cache, table, seq, L, traced, timer, split_buf, merge_buf,
+                             args.repeats, sms, raw))
+        print(json.dumps(rows[-1]), flush=True)
         del cache
     pathlib.Path(args.out).write_text(json.dumps(dict(
         command=" ".join(sys.argv), gpu=torch.cuda.get_device_name(0), torch=torch.__version__,

@@ -35,7 +35,7 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
     L = SlotLayout(D, G); lv = LLOYD_MAX_LEVELS
     sig = {"q_ptr": "*bf16", "stride_qb": "i32", "stride_qh": "i32", "cache_u8": "*u8", "cache_f16": "*fp16",
            "stride_cb": "i64", "stride_cs": "i32", "stride_ch": "i32", "block_table_ptr": "*i32", "stride_bt": "i32",
-           "seq_lens_ptr": "*i32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "qk_scale": "fp32", "num_programs": "i32", "num_slots": "i32", "batch_size": "i32", "head_len": "i32", "window_len": "i32", "tier_len": "i32"}
+           "seq_lens_ptr": "*i32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "qk_scale": "fp32", "num_programs": "i32", "num_slots": "i32", "batch_size": "i32", "head_len": "i32", "window_len": "i32"}
     cx = dict(BLOCK_SIZE=block_size, D=D, G=G, RATIO=ratio, TILES=triton.cdiv(ratio, block_h), NUM_Q_HEADS=32,
               BLOCK_H=block_h, BLOCK_N=block_n, OFF_V=L.v_codes, OFF_KS=L.k_scale, OFF_KZ=L.k_zero,
               OFF_VS=L.v_scale, OFF_VZ=L.v_zero, LLOYD=bool(lloyd), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3], DOT=tl.float16, FAST=True,
@@ -45,8 +45,6 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
     # short shares in tiles of SHORT_N (decode_launch_config's short_n; 0: none)
     cx.update(PDL=False, AFTER_TAIL=False, SHORT_N=int(os.environ.get("SHORT_N") or 0),
               SHORT_UNITS=int(os.environ.get("SHORT_UNITS", "24")))
-    # tier weights (decode_launch_config's tier_weights): TIERS=w0,w1,w2,w3; none: an even deal
-    cx.update(zip(("TW0", "TW1", "TW2", "TW3"), map(int, (os.environ.get("TIERS") or "0,0,0,0").split(","))))
     for k in cx: sig[k] = "constexpr"
     src = ASTSource(fn=dec._int2_decode_split_kernel, signature=sig, constexprs={(list(sig).index(k),): v for k, v in cx.items()},
                     attrs={(list(sig).index(k),): [["tt.divisibility", 16]] for k in ("q_ptr","stride_qb","stride_qh","cache_u8","cache_f16","stride_cb","stride_cs","stride_ch","block_table_ptr","seq_lens_ptr","part_out_ptr","part_lse_ptr")})

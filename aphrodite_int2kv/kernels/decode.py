@@ -47,7 +47,7 @@ from aphrodite_int2kv.kernels.folded import folded_span, query_codes, store_part
 # 1 or a multiple of 16, i.e. at the first decode of some batch size, which in the engine is often a
 # mixed prefill + decode step that no CUDA-graph capture warmed up (session 6: a 2-3 s stall in the
 # first decode pass after start-up, benchmarks/results/session6/e2e_dense8b_int2_new.jsonl).
-_RUNTIME_INTS = ["num_programs", "num_slots", "batch_size", "tail_base", "head_len", "window_len", "tier_len"]
+_RUNTIME_INTS = ["num_programs", "num_slots", "batch_size", "tail_base", "head_len", "window_len"]
 
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
@@ -61,7 +61,6 @@ def _int2_decode_split_kernel(
     qk_scale,                                    # softmax scale * log2(e)
     num_programs, num_slots, batch_size,         # runtime: one compiled kernel serves every batch and grid
     head_len, window_len,                        # runtime: tokens left to the tail kernel
-    tier_len,                                    # runtime: programs per dispatch tier (tier_weights)
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
     RATIO: tl.constexpr, TILES: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -77,26 +76,21 @@ def _int2_decode_split_kernel(
     AFTER_TAIL: tl.constexpr = False,            # this launch is the tail launch's dependent
     SHORT_N: tl.constexpr = 0,                   # > 0: short shares in tiles of SHORT_N (share_tiles)
     SHORT_UNITS: tl.constexpr = 0,
-    TW0: tl.constexpr = 0, TW1: tl.constexpr = 0,    # tier weights (first_tile); 0: every program alike
-    TW2: tl.constexpr = 0, TW3: tl.constexpr = 0,
 ):
     if PDL:
         # lets the merge's programs start as this launch's programs finish (they wait in
         # gdc_wait for all of it): its launch and prologue run under this launch's last programs
         gdc_launch_dependents()
-    # grid (head tiles, programs): the head tile varies fastest in launch order, so each dispatch
-    # tier (first_tile) holds programs of every head tile
-    head_tile = tl.program_id(0)
-    program = tl.program_id(1)
+    program = tl.program_id(0)
     if UPSTREAM_HEAD_MAP:
         # The mapping of aphrodite's _fwd_grouped_kernel_stage1, kept only so the tests can show
         # that they catch it (48 q / 2 kv heads: q head 24 reads KV head 0).
         VALID: tl.constexpr = BLOCK_H if RATIO > BLOCK_H else RATIO
-        kv_head = head_tile // TILES
-        q_head = head_tile * VALID + tl.arange(0, BLOCK_H)
-        hmask = (q_head < (head_tile + 1) * VALID) & (q_head < NUM_Q_HEADS)
+        kv_head = tl.program_id(1) // TILES
+        q_head = tl.program_id(1) * VALID + tl.arange(0, BLOCK_H)
+        hmask = (q_head < (tl.program_id(1) + 1) * VALID) & (q_head < NUM_Q_HEADS)
     else:
-        kv_head, q_head, hmask = group_heads(head_tile, RATIO, TILES, BLOCK_H)
+        kv_head, q_head, hmask = group_heads(tl.program_id(1), RATIO, TILES, BLOCK_H)
 
     # This launch reads int2 positions [lo, int2_len) of each sequence only (int2_positions): the
     # first head_len positions (uncentered sinks) and the last window_len (the full-precision recent
@@ -117,8 +111,8 @@ def _int2_decode_split_kernel(
         short = False       # a constexpr: only the BLOCK_N loop below is compiled
         unit = BLOCK_N
     TILE_SHORT: tl.constexpr = SHORT_N if SHORT_N > 0 else BLOCK_N
-    t0 = first_tile(program, total, num_programs, tier_len, TW0, TW1, TW2, TW3)
-    t1 = first_tile(program + 1, total, num_programs, tier_len, TW0, TW1, TW2, TW3)
+    t0 = first_tile(program, total, num_programs)
+    t1 = first_tile(program + 1, total, num_programs)
     _, batch, first = batch_tiles(seq_lens_ptr, batch_size, t0, 0, head_len, window_len, BLOCK_N, SHORT_N, short)
     while first < t1:
         lo, base, int2_len, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len,
@@ -289,60 +283,19 @@ def share_tiles(seq_lens_ptr, batch_size, num_programs, upto_seq, head_len, wind
 
 
 @triton.jit
-def _weighted(total, num_programs, TW0: tl.constexpr, TW1: tl.constexpr, TW2: tl.constexpr, TW3: tl.constexpr):
-    """Whether the deal is weighted: weights given, and enough tiles that every program gets one
-    (total * min weight >= programs * max weight), so every slot the merge reads is written."""
-    if TW0 > 0:
-        w_min = tl.minimum(tl.minimum(TW0, TW1), tl.minimum(TW2, TW3)).to(tl.int64)
-        w_max = tl.maximum(tl.maximum(TW0, TW1), tl.maximum(TW2, TW3)).to(tl.int64)
-        return total.to(tl.int64) * w_min >= num_programs.to(tl.int64) * w_max
-    else:
-        return False
-
-
-@triton.jit
-def _weight_below(program, tier_len, TW0: tl.constexpr, TW1: tl.constexpr, TW2: tl.constexpr, TW3: tl.constexpr):
-    """C(p): the weights of programs 0..p-1, program q weighing TW_k in tier k = min(q // tier_len, 3)."""
-    p = program.to(tl.int64)
-    n = tier_len.to(tl.int64)
-    return (tl.minimum(p, n) * TW0 + tl.minimum(tl.maximum(p - n, 0), n) * TW1 +
-            tl.minimum(tl.maximum(p - 2 * n, 0), n) * TW2 + tl.maximum(p - 3 * n, 0) * TW3)
-
-
-@triton.jit
-def first_tile(program, total, num_programs, tier_len=0, TW0: tl.constexpr = 0, TW1: tl.constexpr = 0,
-               TW2: tl.constexpr = 0, TW3: tl.constexpr = 0):
+def first_tile(program, total, num_programs):
     """The first of the batch's `total` int2 tiles program p (of num_programs P) reads; it reads
     up to the next program's first. P > total: tile p (programs from `total` on read none, so
     every program a sequence's tiles span has some); else p * total // P, the inverse of
-    tile_program -- or, with tier weights (_weighted), total * C(p) // C(P): programs of the
-    dispatch tiers that run faster take more tiles (decode_launch_config, tier_weights)."""
+    tile_program."""
     dealt = ((program.to(tl.int64) * total) // num_programs).to(tl.int32)
-    if TW0 > 0:
-        weighted = (total.to(tl.int64) * _weight_below(program, tier_len, TW0, TW1, TW2, TW3) //
-                    _weight_below(num_programs, tier_len, TW0, TW1, TW2, TW3)).to(tl.int32)
-        dealt = tl.where(_weighted(total, num_programs, TW0, TW1, TW2, TW3), weighted, dealt)
     return tl.where(total < num_programs, tl.minimum(program, total), dealt)
 
 
 @triton.jit
-def tile_program(tile, total, num_programs, tier_len=0, TW0: tl.constexpr = 0, TW1: tl.constexpr = 0,
-                 TW2: tl.constexpr = 0, TW3: tl.constexpr = 0):
-    """The program holding tile `tile` of `total` (scalar): first_tile's inverse. Weighted: the
-    largest p with total * C(p) // C(P) <= tile, i.e. C(p) <= x = ((tile + 1) C(P) - 1) // total,
-    found on C's linear piece (tier) that holds x."""
+def tile_program(tile, total, num_programs):
+    """The program holding tile `tile` of `total` (scalar): first_tile's inverse."""
     dealt = (((tile + 1).to(tl.int64) * num_programs - 1) // tl.maximum(total, 1)).to(tl.int32)
-    if TW0 > 0:
-        n = tier_len.to(tl.int64)
-        c_all = _weight_below(num_programs, tier_len, TW0, TW1, TW2, TW3)
-        x = ((tile + 1).to(tl.int64) * c_all - 1) // tl.maximum(total, 1)
-        c1 = n * TW0
-        c2 = c1 + n * TW1
-        c3 = c2 + n * TW2
-        p = tl.where(x < c1, x // TW0,
-                     tl.where(x < c2, n + (x - c1) // TW1,
-                              tl.where(x < c3, 2 * n + (x - c2) // TW2, 3 * n + (x - c3) // TW3)))
-        dealt = tl.where(_weighted(total, num_programs, TW0, TW1, TW2, TW3), p.to(tl.int32), dealt)
     return tl.where(total < num_programs, tile, dealt)
 
 
@@ -372,10 +325,8 @@ def batch_tiles(seq_lens_ptr, batch_size, upto_tile, upto_seq, head_len, window_
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_programs, num_slots, batch_size,
                               tail_base, head_len, window_len, out_ptr, stride_ob, stride_oh,
-                              tier_len, D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr,
-                              PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0,
-                              TW0: tl.constexpr = 0, TW1: tl.constexpr = 0, TW2: tl.constexpr = 0,
-                              TW3: tl.constexpr = 0):
+                              D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr,
+                              PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0):
     """Grid (batch, num_q_heads): log-sum-exp merge of a row's partial results, CHUNK slots at a
     time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2(l_i), so it enters the running
     softmax state with weight exp2(lse_i - m)). It reads the slots the split programs holding the
@@ -390,8 +341,8 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
     # The sequence's tiles are in programs p_lo..p_hi, each of which has some (first_tile). Scalar
     # divisions only: a vector of 64-bit ones compiles to a call per element (session 12: 255
     # registers, spills, a 3.5x slower merge).
-    p_lo = tile_program(first, total, num_programs, tier_len, TW0, TW1, TW2, TW3)
-    p_hi = tile_program(first + n_tiles - 1, total, num_programs, tier_len, TW0, TW1, TW2, TW3)
+    p_lo = tile_program(first, total, num_programs)
+    p_hi = tile_program(first + n_tiles - 1, total, num_programs)
     used = tl.where(n_tiles > 0, p_hi - p_lo + 1, 0)
     tails = (num_slots - tail_base) // batch_size
     count = used + tails
@@ -470,15 +421,12 @@ class DecodeLaunch:
     chain_tail: bool = False
     short_n: int = 0         # launches with short shares read tiles of short_n (int2_decode)
     short_units: int = 0     # up to this many of them per program on average
-    tier_weights: tuple = ()  # the deal's weights per dispatch tier (int2_decode), () even
-    tier_len: int = 0        # programs of a head tile per tier
 
     def kwargs(self) -> dict:
         """int2_decode's launch arguments (all but num_splits), the tile included."""
         return dict(block_n=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages,
                     block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold, maxnreg=self.maxnreg,
-                    chain_tail=self.chain_tail, short_n=self.short_n, short_units=self.short_units,
-                    tier_weights=self.tier_weights, tier_len=self.tier_len)
+                    chain_tail=self.chain_tail, short_n=self.short_n, short_units=self.short_units)
 
 
 def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
@@ -607,8 +555,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 block_n: int = 64, num_warps: int = 4, num_stages: int | None = None, block_h: int | None = None,
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
                 _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
-                chain_tail: bool = False, short_n: int = 0, short_units: int = 0,
-                tier_weights: tuple = (), tier_len: int = 0) -> torch.Tensor:
+                chain_tail: bool = False, short_n: int = 0, short_units: int = 0) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -634,9 +581,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     `short_n` > 0 (a divisor of block_n, >= 16): where the programs' shares would average 1 to
     `short_units` tiles of short_n, the launch deals and reads tiles of short_n instead of block_n
     (decode_launch_config says when).
-    `tier_weights` (4 positive ints) and `tier_len`: program p of a head tile weighs
-    tier_weights[min(p // tier_len, 3)] in the deal of the tiles (first_tile), where every program
-    then gets at least one tile; () deals evenly (decode_launch_config says when and why).
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
     per sequence) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
@@ -653,10 +597,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     if fold and lloyd_max:
         raise ValueError("int2 decode: the folded tile (fold=True) needs uniform levels; Lloyd-Max "
                          "codes are dequantized per code (fold=False)")
-    if tier_weights and (len(tier_weights) != 4 or min(tier_weights) < 1 or tier_len < 1):
-        raise ValueError(f"int2 decode: tier_weights={tier_weights!r}, tier_len={tier_len}: give four positive "
-                         "integer weights and tier_len >= 1, or tier_weights=() for an even deal")
-    tw = dict(zip(("TW0", "TW1", "TW2", "TW3"), map(int, tier_weights or (0, 0, 0, 0))))
     cen = center_args(k_center, sinks, B, Hkv, D, q_rot, "decode")
     ratio = Hq // Hkv
     if block_h is None:
@@ -670,9 +610,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     window_len = int(window[3]) if window else 0
     tail_programs = tail_slots(sinks, window_len)
     num_programs = num_splits * B
-    if num_programs > 65535:
-        raise ValueError(f"int2 decode: {num_splits} splits x batch {B} = {num_programs} programs per head tile; "
-                         "the launch grid takes at most 65535 (use fewer splits: decode_launch_config)")
     tail_base = num_programs + B
     num_slots = B * partial_slots(num_splits, sinks, window_len)
     if workspace is None:
@@ -703,16 +640,15 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
             *cen, *_window_args(window, q_rot),
             TAIL_N=TAIL_N, SINKS=int(sinks), WBS=window[0].shape[1] if window else 16, PDL=chain, **heads,
             num_warps=4)   # one short tile: 4 warps keep it free of spills and load it in parallel
-    _int2_decode_split_kernel[(grid_heads, num_programs)](
+    _int2_decode_split_kernel[(num_programs, grid_heads)](
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
-        part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len, int(tier_len),
+        part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
         BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
-        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units, **tw,
-        **heads,
+        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units, **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
         **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if chain else {}))
     _int2_decode_merge_kernel[(B, Hq)](
         part_out, part_lse, seq_lens, num_programs, num_slots, B, tail_base, int(sinks), window_len,
-        out, out.stride(0), out.stride(1), int(tier_len), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D),
-        BLOCK_N=block_n, PDL=pdl, SHORT_N=short_n, SHORT_UNITS=short_units, **tw, **({"launch_pdl": True} if pdl else {}))
+        out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D), BLOCK_N=block_n,
+        PDL=pdl, SHORT_N=short_n, SHORT_UNITS=short_units, **({"launch_pdl": True} if pdl else {}))
     return out
