@@ -674,6 +674,37 @@ def test_decode_dependent_launches_wait_for_the_results_they_read(R):
             torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("merge_split,merge_warps", [(2, 4), (4, 2), (8, 1)])
+def test_decode_merge_split_over_columns(merge_split, merge_warps):
+    """The merge split over the head dimension (merge_split programs per query row, D / merge_split
+    columns each): every program must find its columns and all of the row's slots -- the splits'
+    (3 per sequence, the folded tile) and the tail's (sinks and a window over two tail programs) --
+    against the reference and the one-program merge."""
+    D, Hq, Hkv, S, R = 128, 8, 2, 4, 40
+    L = SlotLayout(D, 64)
+    seq_lens = [S + R + 150, 3, 200, R + 1]
+    cache, bt, written = paged_cache(L, seq_lens, Hkv, 16)
+    k_win, v_win, wbt = window_cache(written, Hkv, D, 7)
+    c = 3.0 * torch.randn(Hkv, D, device=DEVICE)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    args = (q, cache, bt, sl, L, D ** -0.5, 3)
+    kw = dict(k_center=c, sinks=S, window=(k_win, v_win, wbt, R), fold=True)
+    out = int2_decode(*args, **kw, merge_split=merge_split, merge_warps=merge_warps)
+    torch.testing.assert_close(out, int2_decode(*args, **kw), atol=1e-5, rtol=0)
+    for b, n in enumerate(seq_lens):
+        kq, vq = R_.gather_sequence(cache, bt[b], n, L)
+        cut = max(0, n - R)
+        k = R_._center_sinks(torch.cat([kq[:cut], written[b][0][cut:].to(torch.bfloat16).float()]), S, c)
+        v = torch.cat([vq[:cut], written[b][1][cut:].to(torch.bfloat16).float()])
+        ref = R_.attend(q[b:b + 1], k, v, D ** -0.5, q_folded=R_.query_codes(q[b:b + 1], D ** -0.5),
+                        folded_keys=(min(S, cut), cut))
+        torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
+    for bad in (3, 16):     # not a power of two; 8 columns per program
+        with pytest.raises(ValueError, match="merge_split"):
+            int2_decode(*args, **kw, merge_split=bad)
+
+
 @pytest.mark.parametrize("S,R,splits", [(4, 40, 3), (20, 16, 2), (1, 70, 1), (64, 33, 5)])
 def test_decode_with_sinks_and_window_together(S, R, splits):
     """Sinks and window in one decode (both read by the tail kernel, the splits read [S, L - R)):

@@ -59,6 +59,8 @@ def main():
     ap.add_argument("--short", default="",
                     help="extra new-side launches with other short shares: short_n/short_units,... (0/0: one "
                          "loop of block_n; 32/0: both loops compiled, never short)")
+    ap.add_argument("--merge", default="",
+                    help="extra new-side launches with another merge: merge_split/merge_warps,... (int2_decode)")
     ap.add_argument("--head-major", action="store_true",
                     help="also time the new side on the same pages read heads first (pages_heads_first)")
     ap.add_argument("--heads-first", action="store_true",
@@ -113,6 +115,10 @@ def main():
                     sn, su = map(int, v.split("/"))
                     sides.append((f"new/short{sn}/{su}", new.int2_decode, ncfg.num_splits,
                                   dict(ncfg.kwargs(), short_n=sn, short_units=su)))
+                for v in [v for v in args.merge.split(",") if v]:
+                    ms, mw = map(int, v.split("/"))
+                    sides.append((f"new/merge{ms}/{mw}", new.int2_decode, ncfg.num_splits,
+                                  dict(ncfg.kwargs(), merge_split=ms, merge_warps=mw)))
                 if args.head_major:   # the same pages, each page's slots heads first
                     hm = pages_heads_first(cache)
                     ref_hm = R.decode_reference(q[:2].float(), hm, table[:2], short[:2], L, D ** -0.5)

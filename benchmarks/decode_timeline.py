@@ -90,15 +90,15 @@ def traced_package(split_addr: int, merge_addr: int):
          f"    trace = _trace_ptr({split_addr}, {split_here})\n"
          "    tl.store(trace, t_entry)\n    tl.store(trace + 2, _now(program))\n"
          "    tl.store(trace + 3, _smid(program).to(tl.int64))\n    if AFTER_TAIL:"),
-        ("    batch = tl.program_id(0)\n    head = tl.program_id(1)\n    dims = tl.arange(0, D)\n",
-         "    batch = tl.program_id(0)\n    head = tl.program_id(1)\n    dims = tl.arange(0, D)\n"
-         "    t_entry = _now(batch)\n"),
+        ("    dims = tl.program_id(2) * DC + tl.arange(0, DC)\n",
+         "    dims = tl.program_id(2) * DC + tl.arange(0, DC)\n    t_entry = _now(batch)\n"),
         ("    for c0 in range(0, count, CHUNK):\n        k = c0 + tl.arange(0, CHUNK)",
          "    t_wait = _now(batch)\n"
          "    for c0 in range(0, count, CHUNK):\n        k = c0 + tl.arange(0, CHUNK)"),
         ("    tl.store(out_ptr + batch * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))\n",
          "    tl.store(out_ptr + batch * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))\n"
-         f"    trace = _trace_ptr({merge_addr}, batch * tl.num_programs(1) + head)\n"
+         f"    trace = _trace_ptr({merge_addr}, (batch * tl.num_programs(1) + head) * tl.num_programs(2) "
+         "+ tl.program_id(2))\n"
          "    tl.store(trace, t_entry)\n    tl.store(trace + 1, t_wait)\n    tl.store(trace + 2, _now(batch))\n"),
     ])
     sys.path.insert(0, str(tmp))
@@ -138,7 +138,7 @@ def timeline(shape, cfg, kw, q, cache, table, seq, L, traced, timer, split_buf, 
     Hkv = cache.shape[2]
     max_programs, max_merge = split_buf.numel() // SLOTS, merge_buf.numel() // SLOTS
     n_split = cfg.num_splits * B * Hkv * -(-(Hq // Hkv) // cfg.block_h)
-    assert n_split <= max_programs and B * Hq <= max_merge
+    assert n_split <= max_programs and B * Hq * kw.get("merge_split", 1) <= max_merge
     plain = lambda: untraced.int2_decode(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)  # noqa: E731
     stamped = lambda: traced.int2_decode(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)  # noqa: E731
     us_plain, us_traced = timer.median_us(plain), timer.median_us(stamped)
@@ -155,7 +155,7 @@ def timeline(shape, cfg, kw, q, cache, table, seq, L, traced, timer, split_buf, 
         stamped()
         torch.cuda.synchronize()
         s = split_buf.view(-1, SLOTS)[:n_split].cpu()
-        m = merge_buf.view(-1, SLOTS)[:B * Hq].cpu()
+        m = merge_buf.view(-1, SLOTS)[:B * Hq * kw.get("merge_split", 1)].cpu()
         assert (s[:, 0] > 0).all() and (m[:, 2] > 0).all(), "a program left no stamp"
         t0 = int(s[:, 0].min())
         runs.append((int(m[:, 2].max()) - t0, s, m, t0))
@@ -163,7 +163,7 @@ def timeline(shape, cfg, kw, q, cache, table, seq, L, traced, timer, split_buf, 
     span, s, m, t0 = runs[len(runs) // 2]
     us = lambda col: (col - t0).double() / 1e3  # noqa: E731
     has_tile = s[:, 1] < (1 << 62)
-    row = dict(shape=shape, num_splits=cfg.num_splits, split_programs=n_split, launch=repr(cfg),
+    row = dict(shape=shape, merge=f"{kw.get('merge_split', 1)}/{kw.get('merge_warps', 4)}", num_splits=cfg.num_splits, split_programs=n_split, launch=repr(cfg),
                event_us_untraced=round(us_plain, 2), event_us_traced=round(us_traced, 2),
                stamped_span_us=round(span / 1e3, 2),
                split_entry_us=pct(us(s[:, 0])), split_first_tile_us=pct(us(s[has_tile, 1])),
@@ -183,6 +183,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default="32/4/128/32768/8,32/4/128/131072/8,16/2/256/32768/8,32/4/128/32768/32",
                     help="Hq/Hkv/D/context/batch,...")
+    ap.add_argument("--merge", default="", help="merge_split/merge_warps for every launch (int2_decode); "
+                    "default: decode_launch_config's")
     ap.add_argument("--repeats", type=int, default=5, help="traced launches per shape (the median run is kept)")
     ap.add_argument("--out", default="decode_timeline.json")
     args = ap.parse_args()
@@ -199,7 +201,10 @@ def main():
         cache, table, seq = paged_batch(L, [S] * B, 128, Hkv)
         q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
         cfg = untraced.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
-        rows.append(timeline(shape, cfg, cfg.kwargs(), q, cache, table, seq, L, traced, timer, split_buf, merge_buf,
+        kw = cfg.kwargs()
+        if args.merge:
+            kw.update(zip(("merge_split", "merge_warps"), map(int, args.merge.split("/"))))
+        rows.append(timeline(shape, cfg, kw, q, cache, table, seq, L, traced, timer, split_buf, merge_buf,
                              args.repeats, sms, raw))
         print(json.dumps(rows[-1]), flush=True)
         del cache

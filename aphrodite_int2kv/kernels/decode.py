@@ -326,14 +326,18 @@ def batch_tiles(seq_lens_ptr, batch_size, upto_tile, upto_seq, head_len, window_
 def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_programs, num_slots, batch_size,
                               tail_base, head_len, window_len, out_ptr, stride_ob, stride_oh,
                               D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr,
-                              PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0):
-    """Grid (batch, num_q_heads): log-sum-exp merge of a row's partial results, CHUNK slots at a
+                              PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0,
+                              DC: tl.constexpr = 128):
+    """Grid (batch, num_q_heads, D // DC): log-sum-exp merge of a row's partial results, CHUNK slots at a
     time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2(l_i), so it enters the running
     softmax state with weight exp2(lse_i - m)). It reads the slots the split programs holding the
     sequence's tiles wrote (program p's at p + batch) and the tail's (tail_base + batch * tails)."""
     batch = tl.program_id(0)
     head = tl.program_id(1)
-    dims = tl.arange(0, D)
+    # program (b, h, c) merges columns [c * DC, (c + 1) * DC) of the row: the merge is latency-bound
+    # (it starts once the split launch's last program ends), and fewer columns per program give
+    # each fewer loads and a shorter reduction
+    dims = tl.program_id(2) * DC + tl.arange(0, DC)
     row = head * num_slots
     total, short, first = share_tiles(seq_lens_ptr, batch_size, num_programs, batch, head_len, window_len,
                                       BLOCK_N, SHORT_N, SHORT_UNITS)      # the split launch's tiles
@@ -348,7 +352,7 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
     count = used + tails
     m = tl.full([], float("-inf"), tl.float32)
     l = tl.zeros([], tl.float32)
-    acc = tl.zeros([D], tl.float32)
+    acc = tl.zeros([DC], tl.float32)
     if PDL:
         gdc_wait()      # launched as a dependent grid: the split programs' results are complete from here
     for c0 in range(0, count, CHUNK):
@@ -421,12 +425,15 @@ class DecodeLaunch:
     chain_tail: bool = False
     short_n: int = 0         # launches with short shares read tiles of short_n (int2_decode)
     short_units: int = 0     # up to this many of them per program on average
+    merge_split: int = 1     # merge programs per query row (int2_decode)
+    merge_warps: int = 4
 
     def kwargs(self) -> dict:
         """int2_decode's launch arguments (all but num_splits), the tile included."""
         return dict(block_n=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages,
                     block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold, maxnreg=self.maxnreg,
-                    chain_tail=self.chain_tail, short_n=self.short_n, short_units=self.short_units)
+                    chain_tail=self.chain_tail, short_n=self.short_n, short_units=self.short_units,
+                    merge_split=self.merge_split, merge_warps=self.merge_warps)
 
 
 def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
@@ -555,7 +562,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 block_n: int = 64, num_warps: int = 4, num_stages: int | None = None, block_h: int | None = None,
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
                 _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
-                chain_tail: bool = False, short_n: int = 0, short_units: int = 0) -> torch.Tensor:
+                chain_tail: bool = False, short_n: int = 0, short_units: int = 0,
+                merge_split: int = 1, merge_warps: int = 4) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -581,6 +589,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     `short_n` > 0 (a divisor of block_n, >= 16): where the programs' shares would average 1 to
     `short_units` tiles of short_n, the launch deals and reads tiles of short_n instead of block_n
     (decode_launch_config says when).
+    `merge_split`: the merge's programs per query row, each merging D / merge_split columns (a
+    power of two, D / merge_split >= 16), with `merge_warps` warps.
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
     per sequence) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
@@ -594,6 +604,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         raise ValueError(f"int2 decode: short_n={short_n}, short_units={short_units} with block_n={block_n}: "
                          "short_n must divide block_n and be >= 16 (the tensor cores' K), short_units >= 0; "
                          "short_n=0 turns short shares off")
+    if merge_split < 1 or merge_split & (merge_split - 1) or D % merge_split or D // merge_split < 16:
+        raise ValueError(f"int2 decode: merge_split={merge_split} with head_dim {D}: a power of two with "
+                         "head_dim / merge_split >= 16 (1: one merge program per query row)")
     if fold and lloyd_max:
         raise ValueError("int2 decode: the folded tile (fold=True) needs uniform levels; Lloyd-Max "
                          "codes are dequantized per code (fold=False)")
@@ -647,8 +660,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units, **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
         **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if chain else {}))
-    _int2_decode_merge_kernel[(B, Hq)](
+    _int2_decode_merge_kernel[(B, Hq, merge_split)](
         part_out, part_lse, seq_lens, num_programs, num_slots, B, tail_base, int(sinks), window_len,
         out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D), BLOCK_N=block_n,
-        PDL=pdl, SHORT_N=short_n, SHORT_UNITS=short_units, **({"launch_pdl": True} if pdl else {}))
+        PDL=pdl, SHORT_N=short_n, SHORT_UNITS=short_units, DC=D // merge_split, num_warps=merge_warps,
+        **({"launch_pdl": True} if pdl else {}))
     return out
