@@ -331,6 +331,11 @@ def test_decode_launch_config_depends_on_batch_only():
     # short shares in 32-token tiles: the folded tile at head_dim <= 128 only (measured there)
     assert [(decode_launch_config(8, 4, 8, D, fold=f).short_n, decode_launch_config(8, 4, 8, D, fold=f).short_units)
             for D in (128, 256) for f in (True, False)] == [(32, 24), (0, 0), (0, 0), (0, 0)]
+    # the merge split over columns where it has few rows (batch x query heads <= 256): 8 one-warp
+    # programs per row (4 at head_dim 64: 16 columns at least), else one 4-warp program
+    assert [(decode_launch_config(b, 4, 8, D).merge_split, decode_launch_config(b, 4, 8, D).merge_warps)
+            for b, D in ((1, 128), (8, 128), (9, 128), (8, 64), (8, 256), (32, 256))] == \
+        [(8, 1), (8, 1), (1, 4), (4, 1), (8, 1), (1, 4)]
 
 
 KERNELS = {"decode": ("_int2_decode_split_kernel", "_int2_decode_tail_kernel", "_int2_decode_merge_kernel"),
@@ -387,7 +392,8 @@ def test_decode_compiles_one_variant_for_every_batch_size(monkeypatch):
     -- constexpr arguments plus Triton's specialization of every specialized integer argument (== 1,
     multiple of 16) -- must be the same for batch sizes 1..40 (before: 6 and 16 made new ones).
     The merge's step (merge_chunk) follows the split count on purpose: a power of two, at most four
-    variants per head_dim, all of them compiled by a capture of the engine's graph batch sizes."""
+    variants per head_dim; with its column split (decode_launch_config: batch x heads <= 256) at most
+    six, all of them compiled by a capture of the engine's graph batch sizes."""
     from aphrodite_int2kv.kernels import decode as dec
 
     excluded = _not_specialized()
@@ -408,7 +414,7 @@ def test_decode_compiles_one_variant_for_every_batch_size(monkeypatch):
                     sinks=16, window=(k_win, k_win, torch.zeros(B, 1700, dtype=torch.int32, device=DEVICE), 128))
     assert set(keys) == set(KERNELS["decode"])
     for name, variants in keys.items():
-        most = 4 if name == "_int2_decode_merge_kernel" else 1
+        most = 6 if name == "_int2_decode_merge_kernel" else 1
         assert len(variants) <= most, f"{name}: {len(variants)} compiled variants over batch sizes 1..40"
     assert len(keys["_int2_decode_merge_kernel"]) > 1      # 16..128-slot steps over these batches
 

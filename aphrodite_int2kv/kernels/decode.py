@@ -492,6 +492,13 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     # leave a third of the slots free (H200, session13/decode_ab_b1chain_*.json; why is not known):
     # batch 1 at 4 KV heads gives up its short-context gain for no long-context loss.
     chain_tail = (splits + 1) * programs_per_split > per_sm * num_sms
+    # The merge starts once the split launch's last program ends; at 32K batch 8 it took ~3 us of
+    # the launch's 46 after its wait (session 17, benchmarks/decode_timeline.py). Where there are
+    # few query rows to merge (batch x heads <= 256), 8 one-warp programs per row, each merging
+    # head_dim / 8 columns: 0.92-0.98x the time at head_dim 128, batch 1-8, 0.81-0.98x at 256
+    # (H200, session17/call5_decode_ab_merge_*.json); at batch 32-64 it was up to 1.04x slower, so
+    # those keep one 4-warp program per row.
+    merge = dict(merge_split=min(8, head_dim // 16), merge_warps=1) if batch * num_kv_heads * ratio <= 256 else {}
     if head_dim <= 128:
         # the folded 8-head tile's loop needs 168 registers; left to itself, ptxas gives the kernel
         # 194 (the sequence loop around it: 10 programs per multiprocessor instead of 12); capped,
@@ -500,8 +507,8 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
         # short shares in tiles of 32 (int2_decode short_n): at 32K, batch 8 the programs hold
         # 10.45 tiles of 64 on average and the wave waits for those with 11 (SHORT_SHARE)
         short = dict(short_n=32, short_units=SHORT_SHARE // 32) if fold else {}
-        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold, cap, chain_tail, **short)
-    return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead, fold, None, chain_tail)
+        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold, cap, chain_tail, **short, **merge)
+    return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead, fold, None, chain_tail, **merge)
 
 
 TAIL_N = 32     # window tokens per tail program (and the sinks' tile)
