@@ -325,9 +325,8 @@ def batch_tiles(seq_lens_ptr, batch_size, upto_tile, upto_seq, head_len, window_
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_programs, num_slots, batch_size,
                               tail_base, head_len, window_len, out_ptr, stride_ob, stride_oh,
-                              D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr,
-                              PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0,
-                              DC: tl.constexpr = 128):
+                              D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, DC: tl.constexpr,
+                              PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0):
     """Grid (batch, num_q_heads, D // DC): log-sum-exp merge of a row's partial results, CHUNK slots at a
     time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2(l_i), so it enters the running
     softmax state with weight exp2(lse_i - m)). It reads the slots the split programs holding the
