@@ -69,6 +69,8 @@ def main():
                     help="sequence lengths spread evenly from S/8 to 15S/8 (mean S, shuffled) instead of all S")
     ap.add_argument("--window", type=int, default=0,
                     help="a full-precision recent window of R tokens on every side (the engine's default 128)")
+    ap.add_argument("--q-scale", type=float, default=1.0,
+                    help="queries times this: sharper scores, so the folded tile's lazy rescale is taken more often")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default="decode_ab.json")
     args = ap.parse_args()
@@ -88,7 +90,7 @@ def main():
                 cache, table, seq = paged_batch(L, lens, BS, Hkv, heads_first=args.heads_first)
                 blocks = cache.shape[0]
                 short = torch.full((B,), 3000, dtype=torch.int32, device="cuda")
-                q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+                q = (torch.randn(B, Hq, D, device="cuda") * args.q_scale).to(torch.bfloat16)
                 ref = R.decode_reference(q[:2].float(), cache, table[:2], short[:2], L, D ** -0.5)
                 sides = []
                 extra = {}

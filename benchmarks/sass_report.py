@@ -93,6 +93,20 @@ def report(ck):
             c = collections.Counter(body)
             spills = f" ({c['LDL'] + c['STL']} LDL/STL)" if len(body) > 100 else ""
             print(f"loop: {len(body)} instructions{spills};", " ".join(f"{k}:{v}" for k, v in c.most_common(20)))
+            # a block the loop skips with a forward branch (the folded tile's rescale, taken at a
+            # program's first tile and then rarely): the count of the path that skips it
+            lo, hi, skipped = int(t.group(1), 16), addr, set()
+            for a, o, r in ins:
+                f = re.search(r"0x([0-9a-f]+)", r)
+                if len(body) > 100 and o == "BRA" and f and lo <= a < int(f.group(1), 16) <= hi:
+                    block = [(b, ob, rb) for b, ob, rb in ins if a < b < int(f.group(1), 16)]
+                    if not any(ob == "BRA" and re.search(r"0x([0-9a-f]+)", rb)
+                               and int(re.search(r"0x([0-9a-f]+)", rb).group(1), 16) < b for b, ob, rb in block):
+                        skipped |= {b for b, _, _ in block}     # not a block holding an inner loop
+            if skipped:
+                fast = collections.Counter(o.split(".")[0] for a, o, _ in ins if lo <= a <= hi and a not in skipped)
+                print(f"  skipping its forward branches: {sum(fast.values())} instructions;",
+                      " ".join(f"{k}:{v}" for k, v in fast.most_common(20)))
             if len(body) > 100:     # shared-memory traffic of the loop, by full opcode (width, ldmatrix)
                 sh = collections.Counter(o for a, o, _ in ins if int(t.group(1), 16) <= a <= addr
                                          and re.match(r"(LDS|STS|LDSM|STSM|LDGSTS)\b|(LDS|STS|LDSM|STSM|LDGSTS)\.", o))

@@ -203,35 +203,41 @@ def query_sums(q0, q1, q2, q3, ROWS: tl.constexpr, W: tl.constexpr, G: tl.conste
 
 
 @triton.jit
-def empty_pairs(ROWS: tl.constexpr, W: tl.constexpr):
+def empty_pairs(ROWS: tl.constexpr, W: tl.constexpr, NG: tl.constexpr):
     """The folded tile's state before any token: m = -inf, l = 0, eight zero accumulators
-    [W/2, ROWS] (even and odd columns of the four planes)."""
+    [W/2, ROWS] (even and odd columns of the four planes) and the two [NG, ROWS] sums the codes'
+    offsets are settled with at the end (int2_tile_folded): zs (sum_t p vz_g) and ss (sum_t p vs_g)."""
     z = tl.zeros([W // 2, ROWS], tl.float32)
-    return tl.full([ROWS], float("-inf"), tl.float32), tl.zeros([ROWS], tl.float32), z, z, z, z, z, z, z, z
+    zg = tl.zeros([NG, ROWS], tl.float32)
+    return tl.full([ROWS], float("-inf"), tl.float32), tl.zeros([ROWS], tl.float32), z, z, z, z, z, z, z, z, zg, zg
 
 
 @triton.jit
-def _pv(acc, raw, pg, alpha, bias, rows_in_group, G: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
-    """acc [W/2, ROWS] += raw [W/2, N] . pg [N, ROWS] + bias [W/2, ROWS] on the rows in the group."""
-    if G < W:   # the plane holds several groups: acc was rescaled before, add this group's rows
-        return acc + tl.where(rows_in_group[:, None], tl.dot(raw.to(DOT), pg) + bias, 0.0)
-    else:       # one group per plane: rescale, bias and accumulate in the MMA itself
-        return tl.dot(raw.to(DOT), pg, acc * alpha[None, :] + bias)
+def _pv(acc, raw, pg, rows_in_group, G: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
+    """acc [W/2, ROWS] += raw [W/2, N] . pg [N, ROWS] on the rows in the group."""
+    if G < W:   # the plane holds several groups: add this group's rows
+        return acc + tl.where(rows_in_group[:, None], tl.dot(raw.to(DOT), pg), 0.0)
+    else:       # one group per plane: accumulate in the MMA itself
+        return tl.dot(raw.to(DOT), pg, acc)
 
 
 @triton.jit
-def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qscale,
+def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss, q0, q1, q2, q3, qsums, qscale,
                      kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask,
                      ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
-                     DOT: tl.constexpr, FAST: tl.constexpr):
+                     DOT: tl.constexpr, FAST: tl.constexpr, RESCALE_LOG2: tl.constexpr):
     """One tile of N tokens for ROWS query rows. kbytes [N, W] uint8, vwords [N, W/2] uint16 and
     the metadata [N, NG] as load_tile returns them; q planes int8 and qscale from query_codes
     (q * softmax scale * log2(e) = qscale * q_int), qsums from query_sums (of q_int).
 
         s[t, h] = qscale[h] * sum_g ks[t, g] (codes_g[t, :] . q_int_g[h, :]) + kz[t, g] qsum_g[h]
-        o[c, h] += sum_t raw[t, c] (p vs_g)[t, h] + (sum_t p vz_g)[h] - M_P (sum_t p vs_g)[h]
+        o[c, h] += sum_t raw[t, c] (p vs_g)[t, h]          raw = M_P + code (FAST), code otherwise
+        zs[g, h] += sum_t p vz_g[t, h]      ss[g, h] += sum_t (p vs_g)[t, h]
 
-    Returns the updated (m_i, l_i, e0, o0, ..., e3, o3)."""
+    so that o + zs_g - M_P ss_g is the output (times l), settled once per program
+    (store_partial_pairs). The running max m is raised only when a score passes it by more than
+    RESCALE_LOG2 (log2 units): p <= 2**RESCALE_LOG2, and most tiles skip the rescale of the state.
+    Returns the updated (m_i, l_i, e0, o0, ..., e3, o3, zs, ss)."""
     k_scale = k_scale.to(tl.float32)
     k_zero = k_zero.to(tl.float32)
 
@@ -269,18 +275,17 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, q
     sT = tl.where(nmask[:, None], sT, float("-inf"))
 
     # the softmax state stays in log2 units: the max is taken in qscale units (qscale > 0) and
-    # the exponent's subtraction becomes a multiply-add
-    m_new = tl.maximum(m_i, qscale * tl.max(sT, axis=0))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    pT = tl.exp2(sT * qscale[None, :] - m_safe[None, :])
-    l_i = l_i * alpha + tl.sum(pT, axis=0)
-
-    # --- P.V, transposed: per group, P scaled by its V scales; per plane, even and odd columns
-    p16 = pT.to(DOT)
-    pzs = tl.trans(tl.dot(tl.trans(v_zero.to(DOT)), p16))             # [ROWS, NG]: sum_t p vz_g
-    half = 2 * tl.arange(0, W // 2)                                     # even column of each row
-    if G < W:
+    # the exponent's subtraction becomes a multiply-add. Lazy rescale: the state is rescaled only
+    # where some row's score passes its max by more than RESCALE_LOG2 -- one decision for the
+    # program (the branch is uniform), taken at the first tile and then rarely: other tiles pay no
+    # multiply per accumulator (an NaN row compares false and keeps its max: its p stay NaN)
+    m_tile = qscale * tl.max(sT, axis=0)
+    if tl.max((m_tile > m_i + RESCALE_LOG2).to(tl.int32), axis=0) > 0:
+        m_new = tl.maximum(m_i, m_tile)
+        alpha = tl.exp2(m_i - tl.where(m_new == float("-inf"), 0.0, m_new))
+        l_i = l_i * alpha
+        zs = zs * alpha[None, :]
+        ss = ss * alpha[None, :]
         e0 = e0 * alpha[None, :]
         o0 = o0 * alpha[None, :]
         e1 = e1 * alpha[None, :]
@@ -289,35 +294,42 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, q
         o2 = o2 * alpha[None, :]
         e3 = e3 * alpha[None, :]
         o3 = o3 * alpha[None, :]
-    ones = tl.full([W // 2, N], 1.0, DOT)
+        m_i = m_new
+    m_safe = tl.where(m_i == float("-inf"), 0.0, m_i)
+    pT = tl.exp2(sT * qscale[None, :] - m_safe[None, :])
+    l_i = l_i + tl.sum(pT, axis=0)
+
+    # --- P.V, transposed: per group, P scaled by its V scales; per plane, even and odd columns
+    p16 = pT.to(DOT)
+    zs = tl.dot(tl.trans(v_zero.to(DOT)), p16, zs)                     # [NG, ROWS]: sum_t p vz_g
+    half = 2 * tl.arange(0, W // 2)                                     # even column of each row
+    gidx = tl.arange(0, NG)[:, None]
     for g in tl.static_range(NG):
         pg = p16 * column(v_scale, g, NG, N).to(DOT)[:, None]           # [N, ROWS]
-        # M_P * sum_t pg must cancel the dot's M_P terms exactly: sum the *rounded* pg the dot
-        # multiplies (p * vs rounded once gives errors ~ M_P * 2^-11 * pg, as large as a code).
-        # The sum is a dot with ones [W/2, N]: every row of psum [W/2, ROWS] is the column sum,
-        # in the accumulators' own layout, from the operand the P.V dots load anyway (summed on
-        # the CUDA cores it took a conversion per element and a cross-lane reduction).
-        psum = tl.dot(ones, pg)
-        pz = column(pzs, g, NG, ROWS)[None, :]
+        # M_P * ss_g must cancel the dots' M_P terms exactly: ss sums the *rounded* pg the dots
+        # multiply (p * vs rounded once gives errors ~ M_P * 2^-11 * pg, as large as a code). The
+        # sum is a dot with ones, every row the column sum, from the operand the P.V dots load
+        # anyway (summed on the CUDA cores it took a conversion per element and a cross-lane
+        # reduction); row g keeps it (a one-hot operand instead is read from shared memory)
+        ss = tl.where(gidx == g, tl.dot(tl.full([NG, N], 1.0, DOT), pg, ss), ss)
         for P in tl.static_range(4):
             if _overlaps(P, g, W, G):
-                bias = pz - psum * magic(P, FAST)
                 ev, od = raw_v_pairs(vwords, P, FAST)
                 even_in = _in_group(P * W + half, g, G)
                 odd_in = _in_group(P * W + half + 1, g, G)
                 if P == 0:
-                    e0 = _pv(e0, ev, pg, alpha, bias, even_in, G, W, DOT)
-                    o0 = _pv(o0, od, pg, alpha, bias, odd_in, G, W, DOT)
+                    e0 = _pv(e0, ev, pg, even_in, G, W, DOT)
+                    o0 = _pv(o0, od, pg, odd_in, G, W, DOT)
                 elif P == 1:
-                    e1 = _pv(e1, ev, pg, alpha, bias, even_in, G, W, DOT)
-                    o1 = _pv(o1, od, pg, alpha, bias, odd_in, G, W, DOT)
+                    e1 = _pv(e1, ev, pg, even_in, G, W, DOT)
+                    o1 = _pv(o1, od, pg, odd_in, G, W, DOT)
                 elif P == 2:
-                    e2 = _pv(e2, ev, pg, alpha, bias, even_in, G, W, DOT)
-                    o2 = _pv(o2, od, pg, alpha, bias, odd_in, G, W, DOT)
+                    e2 = _pv(e2, ev, pg, even_in, G, W, DOT)
+                    o2 = _pv(o2, od, pg, odd_in, G, W, DOT)
                 else:
-                    e3 = _pv(e3, ev, pg, alpha, bias, even_in, G, W, DOT)
-                    o3 = _pv(o3, od, pg, alpha, bias, odd_in, G, W, DOT)
-    return m_new, l_i, e0, o0, e1, o1, e2, o2, e3, o3
+                    e3 = _pv(e3, ev, pg, even_in, G, W, DOT)
+                    o3 = _pv(o3, od, pg, odd_in, G, W, DOT)
+    return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss
 
 
 @triton.jit
@@ -325,40 +337,57 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, table_row, head_off, stri
                 BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
                 G: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
-                TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr = 0):
+                TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr = 0, RESCALE_LOG2: tl.constexpr = 8.0):
     """Positions [max(lo, first), hi) of one sequence with the folded tile, N at a time from lo (a
     multiple of N); arguments as common.int2_span's, but the query as query_codes gives it (int8
     planes and qscale, softmax scale * log2(e) included). Returns the folded state (empty_pairs)."""
     qsums = query_sums(q0, q1, q2, q3, ROWS, W, G, NG)
-    m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = empty_pairs(ROWS, W)
+    m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss = empty_pairs(ROWS, W, NG)
     ar = tl.arange(0, N)
     page_next = next_page(table_row, lo, hi, ar, BLOCK_SIZE, N, TABLE_AHEAD)
     for n0 in range(lo, hi, N):
         nmask, page_next, kbytes, vwords, k_scale, k_zero, v_scale, v_zero = load_tile(
             n0, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
             BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, True, ODD_SHIFT)
-        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3 = int2_tile_folded(
-            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, q0, q1, q2, q3, qsums, qscale,
-            kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
-    return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3
+        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss = int2_tile_folded(
+            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss, q0, q1, q2, q3, qsums, qscale,
+            kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST, RESCALE_LOG2)
+    return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss
 
 
 @triton.jit
-def store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3,
-                        D: tl.constexpr, W: tl.constexpr):
+def _settle(acc, P: tl.constexpr, odd: tl.constexpr, zs, ss, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+            FAST: tl.constexpr):
+    """Plane P's even (odd = 0) or odd accumulator [W/2, ROWS] plus each column's offset sums,
+    zs_g - M_P ss_g of its group g (int2_tile_folded)."""
+    gidx = tl.arange(0, NG)[:, None]
+    cols = P * W + 2 * tl.arange(0, W // 2) + odd
+    for g in tl.static_range(NG):
+        if _overlaps(P, g, W, G):
+            bias = tl.sum(tl.where(gidx == g, zs, 0.0), axis=0) - tl.sum(tl.where(gidx == g, ss, 0.0), axis=0) * magic(P, FAST)
+            if G >= W:      # the plane lies in group g
+                acc = acc + bias[None, :]
+            else:
+                acc = acc + tl.where(_in_group(cols, g, G)[:, None], bias[None, :], 0.0)
+    return acc
+
+
+@triton.jit
+def store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss,
+                        D: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr, FAST: tl.constexpr):
     """decode.store_partial for the folded state: accumulators [W/2, ROWS] of even / odd columns,
-    written interleaved to slot rows `row` [ROWS]."""
+    settled (_settle) and written interleaved to slot rows `row` [ROWS]."""
     has = l_i > 0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)[None, :]
     out = part_out_ptr + row[None, :] * D + 2 * tl.arange(0, W // 2)[:, None]
     m = hmask[None, :]
-    tl.store(out + 0 * W, e0 * inv_l, mask=m)
-    tl.store(out + 0 * W + 1, o0 * inv_l, mask=m)
-    tl.store(out + 1 * W, e1 * inv_l, mask=m)
-    tl.store(out + 1 * W + 1, o1 * inv_l, mask=m)
-    tl.store(out + 2 * W, e2 * inv_l, mask=m)
-    tl.store(out + 2 * W + 1, o2 * inv_l, mask=m)
-    tl.store(out + 3 * W, e3 * inv_l, mask=m)
-    tl.store(out + 3 * W + 1, o3 * inv_l, mask=m)
+    tl.store(out + 0 * W, _settle(e0, 0, 0, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 0 * W + 1, _settle(o0, 0, 1, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 1 * W, _settle(e1, 1, 0, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 1 * W + 1, _settle(o1, 1, 1, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 2 * W, _settle(e2, 2, 0, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 2 * W + 1, _settle(o2, 2, 1, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 3 * W, _settle(e3, 3, 0, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 3 * W + 1, _settle(o3, 3, 1, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     tl.store(part_lse_ptr + row, lse, mask=hmask)
