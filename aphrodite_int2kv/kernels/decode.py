@@ -160,11 +160,11 @@ def split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, st
     if FOLD:
         # the folded tile takes q as int8 codes times a scale per row, softmax scale included
         q0, q1, q2, q3, qscale = query_codes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, qk_scale)
-        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss = folded_span(
+        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = folded_span(
             q0, q1, q2, q3, qscale, start, end, lo, table_row, head_off, stride_cb, stride_cs, cache_u8,
             cache_f16, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG,
             OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
-        store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss,
+        store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs,
                             D, W, G, NG, FAST)
     else:
         q0, q1, q2, q3 = query_planes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, DOT)

@@ -22,10 +22,15 @@ tokens t, t + 1 gives the even-column pair (masked in place) and the odd-column 
 first). The output plane is kept as two accumulators, even and odd columns, interleaved again
 when stored. p stays fp16: its small weights would round to 0 in 8 bits.
 
-V's codes enter as the exact fp16 numbers M_P + code, M_P = 2**(10 - 2P) (LOP3 masks the plane's
-two bits in place under M_P's exponent); the M_P terms are cancelled by a bias per head (module
-docstring of common.py for the trick). Under TRITON_INTERPRET (no inline assembly) the codes
-come from shifts and masks, M_P = 0 and no plane is lifted (k_codes).
+V's codes enter as fp16 subnormals: masking a plane's two bits in place leaves the half
+code * 2**(2P - 24), exact, which the tensor cores multiply like any fp16 (no offset to cancel,
+no conversion); the power of two is undone once per program (plane_unit), and so is the zero
+term, summed as one dot per tile (zs). Under TRITON_INTERPRET (no inline assembly) the codes come
+from shifts and masks, plane_unit is 1 and no plane is lifted (k_codes).
+
+The softmax state is rescaled lazily: only where a tile's score passes the running max by more
+than RESCALE_LOG2 (p stays <= 2**RESCALE_LOG2, so p * V scale stays finite in fp16 for V scales
+below 2**(16 - RESCALE_LOG2)); the other tiles multiply no accumulator.
 """
 
 import triton
@@ -36,9 +41,10 @@ from aphrodite_int2kv.kernels.common import column, load_tile, magic_bits, next_
 
 # V: two 16-bit words, tokens t (low) and t+1 (high), each the bytes of columns 2j, 2j+1 ->
 # the fp16 pair of column 2j (tokens t, t+1: bytes 0 and 2, masked in place) and that of column
-# 2j+1 (bytes 1 and 3, shifted down first).
-_VE_ASM = "lop3.b32 $0, $1, {mask}, {magic}, 0xEA;"
-_VO_ASM = "{{\n.reg .b32 w;\nshr.b32 w, $1, 8;\nlop3.b32 $0, w, {mask}, {magic}, 0xEA;\n}}\n"
+# 2j+1 (bytes 1 and 3, shifted down first). The masked halves are fp16 subnormals: plane P's code
+# reads code * 2**(2P - 24), exactly (plane_unit undoes the power of two once per program).
+_VE_ASM = "and.b32 $0, $1, {mask};"
+_VO_ASM = "{{\n.reg .b32 w;\nshr.b32 w, $1, 8;\nand.b32 $0, w, {mask};\n}}\n"
 
 
 # K as int8 codes for the integer tensor cores (mma m16n8k32 s8, query rows as int8: query_codes).
@@ -58,7 +64,7 @@ K8_ASM_3L = tl.constexpr(_K8S_ASM.format(shift=2, mask="0x30303030"))        # 1
 
 
 def _asm(template: str, p: int) -> str:
-    return template.format(**magic_bits(p))
+    return template.format(mask=magic_bits(p)["mask"])
 
 
 VE_ASM_0 = tl.constexpr(_asm(_VE_ASM, 0))
@@ -131,8 +137,8 @@ def _round_i8(x):
 @triton.jit
 def raw_v_pairs(vwords_t, P: tl.constexpr, FAST: tl.constexpr):
     """Plane P of V's code words, transposed [W/2, N] uint16 (word j of a token: the bytes of
-    columns 2j, 2j + 1) -> (even, odd): M_P + code of columns 2j and 2j + 1, fp16 [W/2, N] each
-    (the plain codes in fp32 under the interpreter)."""
+    columns 2j, 2j + 1) -> (even, odd): the codes of columns 2j and 2j + 1 in units of
+    1 / plane_unit(P), fp16 [W/2, N] each (the plain codes in fp32 under the interpreter)."""
     if FAST:
         if P == 0:
             even: tl.constexpr = VE_ASM_0
@@ -153,12 +159,13 @@ def raw_v_pairs(vwords_t, P: tl.constexpr, FAST: tl.constexpr):
 
 
 @triton.jit
-def magic(P: tl.constexpr, FAST: tl.constexpr):
-    """The offset the raw planes carry: 2**(10 - 2P) on the GPU, 0 interpreted."""
+def plane_unit(P: tl.constexpr, FAST: tl.constexpr):
+    """What raw_v_pairs' plane P is multiplied by to read the codes: 2**(24 - 2P) on the GPU (the
+    fp16 subnormals' unit, 2**-24, times the plane's place in the byte), 1 interpreted."""
     if FAST:
-        return 1 << (10 - 2 * P)
+        return 1 << (24 - 2 * P)
     else:
-        return 0
+        return 1
 
 
 @triton.jit
@@ -205,11 +212,11 @@ def query_sums(q0, q1, q2, q3, ROWS: tl.constexpr, W: tl.constexpr, G: tl.conste
 @triton.jit
 def empty_pairs(ROWS: tl.constexpr, W: tl.constexpr, NG: tl.constexpr):
     """The folded tile's state before any token: m = -inf, l = 0, eight zero accumulators
-    [W/2, ROWS] (even and odd columns of the four planes) and the two [NG, ROWS] sums the codes'
-    offsets are settled with at the end (int2_tile_folded): zs (sum_t p vz_g) and ss (sum_t p vs_g)."""
+    [W/2, ROWS] (even and odd columns of the four planes) and zs [NG, ROWS] (sum_t p vz_g, which
+    the output takes once per program: int2_tile_folded)."""
     z = tl.zeros([W // 2, ROWS], tl.float32)
-    zg = tl.zeros([NG, ROWS], tl.float32)
-    return tl.full([ROWS], float("-inf"), tl.float32), tl.zeros([ROWS], tl.float32), z, z, z, z, z, z, z, z, zg, zg
+    return (tl.full([ROWS], float("-inf"), tl.float32), tl.zeros([ROWS], tl.float32), z, z, z, z, z, z, z, z,
+            tl.zeros([NG, ROWS], tl.float32))
 
 
 @triton.jit
@@ -222,7 +229,7 @@ def _pv(acc, raw, pg, rows_in_group, G: tl.constexpr, W: tl.constexpr, DOT: tl.c
 
 
 @triton.jit
-def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss, q0, q1, q2, q3, qsums, qscale,
+def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
                      kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask,
                      ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                      DOT: tl.constexpr, FAST: tl.constexpr, RESCALE_LOG2: tl.constexpr):
@@ -231,13 +238,13 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss, q0, q1, q
     (q * softmax scale * log2(e) = qscale * q_int), qsums from query_sums (of q_int).
 
         s[t, h] = qscale[h] * sum_g ks[t, g] (codes_g[t, :] . q_int_g[h, :]) + kz[t, g] qsum_g[h]
-        o[c, h] += sum_t raw[t, c] (p vs_g)[t, h]          raw = M_P + code (FAST), code otherwise
-        zs[g, h] += sum_t p vz_g[t, h]      ss[g, h] += sum_t (p vs_g)[t, h]
+        o[c, h] += sum_t raw[t, c] (p vs_g)[t, h]      raw = codes / plane_unit (fp16 subnormals)
+        zs[g, h] += sum_t p vz_g[t, h]
 
-    so that o + zs_g - M_P ss_g is the output (times l), settled once per program
+    so that o * plane_unit + zs_g is the output (times l), settled once per program
     (store_partial_pairs). The running max m is raised only when a score passes it by more than
     RESCALE_LOG2 (log2 units): p <= 2**RESCALE_LOG2, and most tiles skip the rescale of the state.
-    Returns the updated (m_i, l_i, e0, o0, ..., e3, o3, zs, ss)."""
+    Returns the updated (m_i, l_i, e0, o0, ..., e3, o3, zs)."""
     k_scale = k_scale.to(tl.float32)
     k_zero = k_zero.to(tl.float32)
 
@@ -285,7 +292,6 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss, q0, q1, q
         alpha = tl.exp2(m_i - tl.where(m_new == float("-inf"), 0.0, m_new))
         l_i = l_i * alpha
         zs = zs * alpha[None, :]
-        ss = ss * alpha[None, :]
         e0 = e0 * alpha[None, :]
         o0 = o0 * alpha[None, :]
         e1 = e1 * alpha[None, :]
@@ -303,15 +309,8 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss, q0, q1, q
     p16 = pT.to(DOT)
     zs = tl.dot(tl.trans(v_zero.to(DOT)), p16, zs)                     # [NG, ROWS]: sum_t p vz_g
     half = 2 * tl.arange(0, W // 2)                                     # even column of each row
-    gidx = tl.arange(0, NG)[:, None]
     for g in tl.static_range(NG):
         pg = p16 * column(v_scale, g, NG, N).to(DOT)[:, None]           # [N, ROWS]
-        # M_P * ss_g must cancel the dots' M_P terms exactly: ss sums the *rounded* pg the dots
-        # multiply (p * vs rounded once gives errors ~ M_P * 2^-11 * pg, as large as a code). The
-        # sum is a dot with ones, every row the column sum, from the operand the P.V dots load
-        # anyway (summed on the CUDA cores it took a conversion per element and a cross-lane
-        # reduction); row g keeps it (a one-hot operand instead is read from shared memory)
-        ss = tl.where(gidx == g, tl.dot(tl.full([NG, N], 1.0, DOT), pg, ss), ss)
         for P in tl.static_range(4):
             if _overlaps(P, g, W, G):
                 ev, od = raw_v_pairs(vwords, P, FAST)
@@ -329,7 +328,7 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss, q0, q1, q
                 else:
                     e3 = _pv(e3, ev, pg, even_in, G, W, DOT)
                     o3 = _pv(o3, od, pg, odd_in, G, W, DOT)
-    return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss
+    return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
 
 
 @triton.jit
@@ -342,38 +341,39 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, table_row, head_off, stri
     multiple of N); arguments as common.int2_span's, but the query as query_codes gives it (int8
     planes and qscale, softmax scale * log2(e) included). Returns the folded state (empty_pairs)."""
     qsums = query_sums(q0, q1, q2, q3, ROWS, W, G, NG)
-    m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss = empty_pairs(ROWS, W, NG)
+    m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_pairs(ROWS, W, NG)
     ar = tl.arange(0, N)
     page_next = next_page(table_row, lo, hi, ar, BLOCK_SIZE, N, TABLE_AHEAD)
     for n0 in range(lo, hi, N):
         nmask, page_next, kbytes, vwords, k_scale, k_zero, v_scale, v_zero = load_tile(
             n0, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
             BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, True, ODD_SHIFT)
-        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss = int2_tile_folded(
-            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss, q0, q1, q2, q3, qsums, qscale,
+        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_folded(
+            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
             kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST, RESCALE_LOG2)
-    return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss
+    return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
 
 
 @triton.jit
-def _settle(acc, P: tl.constexpr, odd: tl.constexpr, zs, ss, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+def _settle(acc, P: tl.constexpr, odd: tl.constexpr, zs, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
             FAST: tl.constexpr):
-    """Plane P's even (odd = 0) or odd accumulator [W/2, ROWS] plus each column's offset sums,
-    zs_g - M_P ss_g of its group g (int2_tile_folded)."""
+    """Plane P's even (odd = 0) or odd accumulator [W/2, ROWS] in output units: times
+    plane_unit(P), plus the zero term zs_g of each column's group g (int2_tile_folded)."""
+    acc = acc * plane_unit(P, FAST)
     gidx = tl.arange(0, NG)[:, None]
     cols = P * W + 2 * tl.arange(0, W // 2) + odd
     for g in tl.static_range(NG):
         if _overlaps(P, g, W, G):
-            bias = tl.sum(tl.where(gidx == g, zs, 0.0), axis=0) - tl.sum(tl.where(gidx == g, ss, 0.0), axis=0) * magic(P, FAST)
+            zg = tl.sum(tl.where(gidx == g, zs, 0.0), axis=0)
             if G >= W:      # the plane lies in group g
-                acc = acc + bias[None, :]
+                acc = acc + zg[None, :]
             else:
-                acc = acc + tl.where(_in_group(cols, g, G)[:, None], bias[None, :], 0.0)
+                acc = acc + tl.where(_in_group(cols, g, G)[:, None], zg[None, :], 0.0)
     return acc
 
 
 @triton.jit
-def store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, ss,
+def store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs,
                         D: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr, FAST: tl.constexpr):
     """decode.store_partial for the folded state: accumulators [W/2, ROWS] of even / odd columns,
     settled (_settle) and written interleaved to slot rows `row` [ROWS]."""
@@ -381,13 +381,13 @@ def store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)[None, :]
     out = part_out_ptr + row[None, :] * D + 2 * tl.arange(0, W // 2)[:, None]
     m = hmask[None, :]
-    tl.store(out + 0 * W, _settle(e0, 0, 0, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 0 * W + 1, _settle(o0, 0, 1, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 1 * W, _settle(e1, 1, 0, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 1 * W + 1, _settle(o1, 1, 1, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 2 * W, _settle(e2, 2, 0, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 2 * W + 1, _settle(o2, 2, 1, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 3 * W, _settle(e3, 3, 0, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 3 * W + 1, _settle(o3, 3, 1, zs, ss, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 0 * W, _settle(e0, 0, 0, zs, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 0 * W + 1, _settle(o0, 0, 1, zs, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 1 * W, _settle(e1, 1, 0, zs, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 1 * W + 1, _settle(o1, 1, 1, zs, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 2 * W, _settle(e2, 2, 0, zs, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 2 * W + 1, _settle(o2, 2, 1, zs, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 3 * W, _settle(e3, 3, 0, zs, W, G, NG, FAST) * inv_l, mask=m)
+    tl.store(out + 3 * W + 1, _settle(o3, 3, 1, zs, W, G, NG, FAST) * inv_l, mask=m)
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     tl.store(part_lse_ptr + row, lse, mask=hmask)
