@@ -25,7 +25,9 @@ import json
 import math
 import platform
 import statistics
+import subprocess
 import sys
+import time
 import traceback
 
 import torch
@@ -107,6 +109,19 @@ class Timer:
             e.synchronize()
             times.append(s.elapsed_time(e) * 1000.0)
         return statistics.median(times)
+
+
+def gpu_state() -> dict:
+    """The GPU's SM clock (MHz), power draw (W) and temperature (C) now, from nvidia-smi: an
+    issue-bound kernel timed right after the bf16 kernels of a large shape may run at a lower
+    clock than one timed alone. {} where nvidia-smi is missing."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
+                              "--format=csv,noheader,nounits", "-i", str(torch.cuda.current_device())],
+                             capture_output=True, text=True, timeout=10).stdout.split(",")
+        return dict(sm_mhz=float(out[0]), watts=float(out[1]), celsius=float(out[2]))
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        return {}
 
 
 def copy_bandwidth(timer, nbytes=4 << 30):
@@ -255,6 +270,8 @@ def main():
     ap.add_argument("--lloyd", action="store_true",
                     help="also time Lloyd-Max levels (the engine default) on the same cache: int2_lloyd_us")
     ap.add_argument("--graph", action="store_true", help="time CUDA-graph replays (see Timer)")
+    ap.add_argument("--cooldown", type=float, default=0.0,
+                    help="seconds to wait after a shape's bf16 kernels before timing int2 (clocks, gpu_state)")
     ap.add_argument("--tile", choices=("folded", "per-code"), default="folded",
                     help="the int2 tile timed as int2_us: folded (the engine's for uniform levels since "
                          "session 8) or per-code")
@@ -296,6 +313,9 @@ def main():
                     del k, v
                     torch.cuda.empty_cache()
                 best = min(bf16, key=bf16.get) if bf16 else None
+                after_bf16 = gpu_state()
+                if args.cooldown:
+                    time.sleep(args.cooldown)
                 for G in map(int, args.group_sizes.split(",")):
                     if D % G:
                         continue
@@ -319,11 +339,13 @@ def main():
                     ws = (torch.empty(B * Hq * slots * D, device="cuda"), torch.empty(B * Hq * slots, device="cuda"))
                     fn = lambda: int2_decode(q, cache, table, seq, L, scale, splits, out=out,  # noqa: E731
                                              workspace=ws, **launch(fold=main_fold))
+                    before_int2 = gpu_state()
                     try:
                         int2_us = timer.median_us(fn, iters=args.iters)
                     except Exception:
                         traceback.print_exc()
                         int2_us = float("nan")
+                    gpu = dict(after_bf16=after_bf16, before_int2=before_int2, after_int2=gpu_state())
                     extra = {}
                     def variant(name, **kw):
                         """Time the same launch with other int2_decode options; its largest
@@ -401,11 +423,13 @@ def main():
                                speedup=round(bf16[best] / int2_us, 3) if best else None,
                                int2_bytes_read=nbytes, int2_GBps=round(nbytes / int2_us / 1e3, 1),
                                copy_GBps=round(copy_gbps, 1),
-                               frac_copy=round(nbytes / int2_us / 1e3 / copy_gbps, 3), **extra, **{"env": env})
+                               frac_copy=round(nbytes / int2_us / 1e3 / copy_gbps, 3), gpu_state=gpu,
+                               cooldown_s=args.cooldown, **extra, **{"env": env})
                     rows.append(row)
                     log(f"Hq{Hq}/kv{Hkv}/D{D} S={S:>6} B={B:>2} G={G:>3}: int2 {int2_us:8.1f} us "
                         f"({row['int2_GBps']:6.0f} GB/s, {row['frac_copy']:.0%} of copy)  "
-                        f"bf16 {row['bf16_us']} us [{best}]  speedup {row['speedup']}")
+                        f"bf16 {row['bf16_us']} us [{best}]  speedup {row['speedup']}  "
+                        f"SM MHz {after_bf16.get('sm_mhz')}/{before_int2.get('sm_mhz')}/{gpu['after_int2'].get('sm_mhz')}")
                     del cache
                     torch.cuda.empty_cache()
                 with open(args.out, "w") as f:
