@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Where the KV cache lives changes decode time (GPU). Session 18 found the same int2 pages decoded
-~1.6x slower when they sit inside one 40 GiB tensor -- as the engine allocates its whole KV cache --
-than in their own allocation (benchmarks/results/session18/call7_harness_check.json). This times
+"""Whether where the KV cache lives changes decode time (GPU). Session 18's calls 7 and 8 found the
+same int2 pages decoded 1.2-1.8x slower inside a larger tensor -- as the engine allocates its whole
+KV cache -- than in their own allocation; those copies were token-major (a .view() of the buffer),
+not heads first as the originals (see `placed`), so the layout, not the place, was measured. This times
 this tree's int2 decode on the same pages (a copy) placed:
   own           their own allocation;
   in_<N>GiB     at the start of an N GiB tensor (N = --sizes), and at its middle (in_<N>GiB_mid);
@@ -34,6 +35,16 @@ def sdpa_flash_us(timer, q, k, v, scale):
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         fn = lambda: torch.nn.functional.scaled_dot_product_attention(qf, k, v, scale=scale)  # noqa: E731
         return timer.median_us(fn, iters=20)
+
+
+def placed(buf, offset, pages, like=None):
+    """A copy of `pages` at byte `offset` of the uint8 buffer, laid out as `like` (default: pages)
+    is -- heads first within a page (random_int2_cache). A plain .view() of the buffer would be
+    token-major: session 18's call 7 and 8 copies were, and read 1.2-1.8x slower (not the place)."""
+    like = pages if like is None else like
+    out = buf.as_strided(like.shape, like.stride(), offset)
+    out.copy_(pages)
+    return out
 
 
 def main():
@@ -75,13 +86,11 @@ def main():
                     continue
                 big = torch.empty(gib << 30, dtype=torch.uint8, device="cuda")
                 for tag, off in (("", 0), ("_mid", ((gib << 30) // 2) & ~((2 << 20) - 1))):
-                    inside = big[off:off + nbytes].view(pages.shape)
-                    inside.copy_(pages)
+                    inside = placed(big, off, pages)
                     time_at(f"in_{gib}GiB{tag}", inside, shuffled, passes)
                 if gib == max(sizes):
                     # the same pages, each sequence's in order: a sorted table on a copy laid out so
-                    inside = big[:nbytes].view(pages.shape)
-                    inside.copy_(pages[shuffled.view(-1).long()])
+                    inside = placed(big, 0, pages[shuffled.view(-1).long()], like=pages)
                     time_at(f"in_{gib}GiB_sorted", inside, in_order, passes)
                 del big, inside
                 torch.cuda.empty_cache()

@@ -53,6 +53,8 @@ def main():
         inputs["in_freed_4GiB"] = (reused, table, q)
         # the same pages inside one 40 GiB tensor, as the engine allocates its whole KV cache
         huge = torch.empty(40 << 30, dtype=torch.uint8, device="cuda")
+        # (as call 7 ran it: a .view() of the buffer, so these pages are token-major, not heads first
+        # as `cache` -- what call 7's 1.6x measured; cache_placement.py places copies in layout)
         inside = huge[(20 << 30):(20 << 30) + nbytes].view(cache.shape)
         inside.copy_(cache)
         inputs["inside_40GiB"] = (inside, table, q)
