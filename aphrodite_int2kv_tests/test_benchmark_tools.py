@@ -33,3 +33,22 @@ def test_ragged_lengths_spread_around_the_mean(S, B):
         assert min(lens) == round(S / 8) and max(lens) == round(15 * S / 8)
         steps = sorted(lens)
         assert max(b - a for a, b in zip(steps, steps[1:])) - min(b - a for a, b in zip(steps, steps[1:])) <= 1
+
+
+def test_decode_timeline_patches_the_kernels_it_traces():
+    """benchmarks/decode_timeline.py stamps a copy of the kernels at text anchors of their source
+    (each must occur once): a kernel edit that moves an anchor stops the GPU run, so catch it here.
+    The traced copy imports, holds every stamp, and the product's kernels are untouched."""
+    import inspect
+
+    from benchmarks.decode_timeline import traced_package
+    from aphrodite_int2kv.kernels import decode, folded
+
+    traced = traced_package(0, 0)
+    split = inspect.getsource(traced._int2_decode_split_kernel.fn)
+    merge = inspect.getsource(traced._int2_decode_merge_kernel.fn)
+    span = inspect.getsource(inspect.getmodule(traced.folded_span.fn).folded_span.fn)
+    assert "t_entry = _now(program)" in split and "_smid(program)" in split
+    assert "t_wait = _now(batch)" in merge and "tl.store(trace + 2, _now(batch))" in merge
+    assert "t_first = tl.where(n0 == lo, _now(n0), t_first)" in span
+    assert "_now(" not in inspect.getsource(decode) and "_now(" not in inspect.getsource(folded)

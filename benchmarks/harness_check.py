@@ -17,7 +17,7 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-from benchmarks.decode_ab import paged_batch, renamed_decoders  # noqa: E402
+from benchmarks.decode_ab import renamed_decoders  # noqa: E402
 from benchmarks.decode_attention import Timer, log, random_int2_cache  # noqa: E402
 from aphrodite_int2kv.int2.format import SlotLayout  # noqa: E402
 from aphrodite_int2kv.kernels import decode as new  # noqa: E402
