@@ -65,7 +65,7 @@ def attend(q, k, v, sm_scale, causal_offset: int | None = None, q_folded=None, f
     return torch.einsum("hqk,khd->qhd", s.softmax(-1), vv)
 
 
-LOG2E = 1.4426950408889634
+LOG2E = 1.4426950408889634      # the kernels' softmax runs in log2 units (kernels/common.py imports this)
 
 
 def query_codes(q, sm_scale):

@@ -24,8 +24,7 @@ import triton
 import triton.language as tl
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS
-
-LOG2E = 1.4426950408889634
+from aphrodite_int2kv.int2.reference import LOG2E  # noqa: F401 - the kernels' softmax in log2 units, as the reference's
 
 # PTX for one plane, 4 codes per call. Operands: $0, $1 out (fp16 pairs: elements 0-1, 2-3);
 # $2 the 4 code bytes; $3, $4 scale pairs; $5, $6 zero pairs. _UNPACK leaves the exact codes as
