@@ -279,7 +279,8 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q
     # the softmax state stays in log2 units: the max is taken in qscale units (qscale > 0) and
     # the exponent's subtraction becomes a multiply-add. The state is rescaled at every tile: a lazy
     # rescale (only where a score passes the max by more than 8) ran 0.8 % faster at head_dim 128
-    # and 1.4 % slower at 256 (session 18, call 2) and would bound p * V scale in fp16 by 2**16 / 2**8
+    # and 1.4 % slower at 256 (session 18, call 2), and with p up to 2**8 the fp16 p * V scale would
+    # overflow for V scales above 256
     m_new = tl.maximum(m_i, qscale * tl.max(sT, axis=0))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
@@ -345,21 +346,24 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, table_row, head_off, stri
 
 
 @triton.jit
-def _settle(acc, P: tl.constexpr, odd: tl.constexpr, zs, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+def _settle(even, odd, P: tl.constexpr, zs, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
             FAST: tl.constexpr):
-    """Plane P's even (odd = 0) or odd accumulator [W/2, ROWS] in output units: times
-    plane_unit(P), plus the zero term zs_g of each column's group g (int2_tile_folded)."""
-    acc = acc * plane_unit(P, FAST)
+    """Plane P's even and odd accumulators [W/2, ROWS] in output units: times plane_unit(P), plus
+    the zero term zs_g of each column's group g (int2_tile_folded)."""
+    even = even * plane_unit(P, FAST)
+    odd = odd * plane_unit(P, FAST)
     gidx = tl.arange(0, NG)[:, None]
-    cols = P * W + 2 * tl.arange(0, W // 2) + odd
+    cols = P * W + 2 * tl.arange(0, W // 2)
     for g in tl.static_range(NG):
         if _overlaps(P, g, W, G):
-            zg = tl.sum(tl.where(gidx == g, zs, 0.0), axis=0)
+            zg = tl.sum(tl.where(gidx == g, zs, 0.0), axis=0)[None, :]
             if G >= W:      # the plane lies in group g
-                acc = acc + zg[None, :]
+                even = even + zg
+                odd = odd + zg
             else:
-                acc = acc + tl.where(_in_group(cols, g, G)[:, None], zg[None, :], 0.0)
-    return acc
+                even = even + tl.where(_in_group(cols, g, G)[:, None], zg, 0.0)
+                odd = odd + tl.where(_in_group(cols + 1, g, G)[:, None], zg, 0.0)
+    return even, odd
 
 
 @triton.jit
@@ -371,13 +375,17 @@ def store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0
     inv_l = tl.where(has, 1.0 / tl.where(has, l_i, 1.0), 0.0)[None, :]
     out = part_out_ptr + row[None, :] * D + 2 * tl.arange(0, W // 2)[:, None]
     m = hmask[None, :]
-    tl.store(out + 0 * W, _settle(e0, 0, 0, zs, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 0 * W + 1, _settle(o0, 0, 1, zs, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 1 * W, _settle(e1, 1, 0, zs, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 1 * W + 1, _settle(o1, 1, 1, zs, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 2 * W, _settle(e2, 2, 0, zs, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 2 * W + 1, _settle(o2, 2, 1, zs, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 3 * W, _settle(e3, 3, 0, zs, W, G, NG, FAST) * inv_l, mask=m)
-    tl.store(out + 3 * W + 1, _settle(o3, 3, 1, zs, W, G, NG, FAST) * inv_l, mask=m)
+    e0, o0 = _settle(e0, o0, 0, zs, W, G, NG, FAST)
+    e1, o1 = _settle(e1, o1, 1, zs, W, G, NG, FAST)
+    e2, o2 = _settle(e2, o2, 2, zs, W, G, NG, FAST)
+    e3, o3 = _settle(e3, o3, 3, zs, W, G, NG, FAST)
+    tl.store(out + 0 * W, e0 * inv_l, mask=m)
+    tl.store(out + 0 * W + 1, o0 * inv_l, mask=m)
+    tl.store(out + 1 * W, e1 * inv_l, mask=m)
+    tl.store(out + 1 * W + 1, o1 * inv_l, mask=m)
+    tl.store(out + 2 * W, e2 * inv_l, mask=m)
+    tl.store(out + 2 * W + 1, o2 * inv_l, mask=m)
+    tl.store(out + 3 * W, e3 * inv_l, mask=m)
+    tl.store(out + 3 * W + 1, o3 * inv_l, mask=m)
     lse = tl.where(has, m_i + tl.log2(tl.where(has, l_i, 1.0)), float("-inf"))
     tl.store(part_lse_ptr + row, lse, mask=hmask)
