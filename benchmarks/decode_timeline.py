@@ -11,6 +11,13 @@ inserted at anchors of the kernel source, each checked to occur once, and write 
 whose address is compiled in. The stamps cost a few instructions per tile; the untraced and
 traced launches are both timed (CUDA-graph replays, as decode_attention.py) to show by how much.
 
+The stamps are taken twice: from eager launches (rows' plain keys; the host launches the merge
+tens of microseconds after the split launch, so the merge's entry there can wait for the host),
+and from a CUDA-graph replay (keys `graph_*`, as decode_attention.py and the engine replay decode),
+with a one-program marker kernel before and after the decode in the graph: `graph_mark_before_us`
+and `graph_mark_after_us` place the graph's neighbouring nodes on the same clock, and
+`graph_event_us` is the event time of that replay (markers included).
+
   python3 benchmarks/decode_timeline.py --shapes 32/4/128/32768/8 --out $OUT/timeline.json
 """
 import argparse
@@ -22,6 +29,8 @@ import sys
 import tempfile
 
 import torch
+import triton
+import triton.language as tl
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -105,6 +114,14 @@ def traced_package(split_addr: int, merge_addr: int):
     return importlib.import_module("int2kv_trace.kernels.decode")
 
 
+@triton.jit
+def _mark_kernel(ptr):
+    """One program: the GPU's global nanosecond clock -> ptr[0] (a graph's neighbouring node)."""
+    t = tl.inline_asm_elementwise("mov.u64 $0, %globaltimer;", "=l,r", [tl.program_id(0)], dtype=tl.int64,
+                                  is_pure=False, pack=1)
+    tl.store(ptr, t)
+
+
 def pct(x: torch.Tensor, qs=(0.0, 0.1, 0.5, 0.9, 0.99, 1.0)):
     x = x.double().sort().values
     return {f"p{int(q * 100)}": round(float(x[min(len(x) - 1, int(q * (len(x) - 1) + 0.5))]), 2) for q in qs}
@@ -145,23 +162,44 @@ def timeline(shape, cfg, kw, q, cache, table, seq, L, traced, timer, split_buf, 
     out_plain, out_traced = plain(), stamped()
     torch.cuda.synchronize()
     assert torch.equal(out_plain, out_traced), "the traced kernels compute something else"
-    runs = []
-    for _ in range(repeats):
-        split_buf.fill_(-1)
-        split_buf.view(-1, SLOTS)[:, 1] = (1 << 63) - 1
-        merge_buf.fill_(-1)
-        timer.flush.zero_()
-        torch.cuda.synchronize()
+    marks = torch.zeros(2, dtype=torch.int64, device="cuda")
+
+    def marked():
+        _mark_kernel[(1,)](marks[0:])
         stamped()
-        torch.cuda.synchronize()
-        s = split_buf.view(-1, SLOTS)[:n_split].cpu()
-        m = merge_buf.view(-1, SLOTS)[:B * Hq * kw.get("merge_split", 1)].cpu()
-        assert (s[:, 0] > 0).all() and (m[:, 2] > 0).all(), "a program left no stamp"
-        t0 = int(s[:, 0].min())
-        runs.append((int(m[:, 2].max()) - t0, s, m, t0))
-    runs.sort(key=lambda r: r[0])
-    span, s, m, t0 = runs[len(runs) // 2]
-    us = lambda col: (col - t0).double() / 1e3  # noqa: E731
+        _mark_kernel[(1,)](marks[1:])
+    marked()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        marked()
+    torch.cuda.synchronize()
+
+    def stamps(launch):
+        """The median (by span) of `repeats` runs of launch -> (span ns, split, merge stamps, t0, event us)."""
+        runs = []
+        for _ in range(repeats):
+            split_buf.fill_(-1)
+            split_buf.view(-1, SLOTS)[:, 1] = (1 << 63) - 1
+            merge_buf.fill_(-1)
+            marks.zero_()
+            timer.flush.zero_()
+            torch.cuda.synchronize()
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            launch()
+            e1.record()
+            torch.cuda.synchronize()
+            s = split_buf.view(-1, SLOTS)[:n_split].cpu()
+            m = merge_buf.view(-1, SLOTS)[:B * Hq * kw.get("merge_split", 1)].cpu()
+            assert (s[:, 0] > 0).all() and (m[:, 2] > 0).all(), "a program left no stamp"
+            t0 = int(s[:, 0].min())
+            runs.append((int(m[:, 2].max()) - t0, s, m, t0, e0.elapsed_time(e1) * 1000.0, marks.cpu()))
+        runs.sort(key=lambda r: r[0])
+        return runs[len(runs) // 2]
+
+    span, s, m, t0, _, _ = stamps(stamped)
+    us = lambda col, t0=t0: (col - t0).double() / 1e3  # noqa: E731
     has_tile = s[:, 1] < (1 << 62)
     row = dict(shape=shape, merge=f"{kw.get('merge_split', 1)}/{kw.get('merge_warps', 4)}", num_splits=cfg.num_splits, split_programs=n_split, launch=repr(cfg),
                event_us_untraced=round(us_plain, 2), event_us_traced=round(us_traced, 2),
@@ -172,10 +210,20 @@ def timeline(shape, cfg, kw, q, cache, table, seq, L, traced, timer, split_buf, 
                merge_end_us=pct(us(m[:, 2])),
                programs_per_sm=pct(torch.bincount(s[:, 3].long(), minlength=sms).double()),
                **per_sm(s, t0, sms))
+    g_span, gs, gm, g0, g_event, g_marks = stamps(graph.replay)
+    gus = lambda col: (col - g0).double() / 1e3  # noqa: E731
+    g_tile = gs[:, 1] < (1 << 62)
+    row.update(graph_event_us=round(g_event, 2), graph_span_us=round(g_span / 1e3, 2),
+               graph_mark_before_us=round(float(gus(g_marks[0])), 2),
+               graph_mark_after_us=round(float(gus(g_marks[1])), 2),
+               graph_split_first_tile_us=pct(gus(gs[g_tile, 1])), graph_split_end_us=pct(gus(gs[:, 2])),
+               graph_merge_entry_us=pct(gus(gm[:, 0])), graph_merge_after_wait_us=pct(gus(gm[:, 1])),
+               graph_merge_end_us=pct(gus(gm[:, 2])),
+               **{f"graph_{k}": v for k, v in per_sm(gs, g0, sms).items()})
     # mean end per dispatch tier (launch order // (4 * SMs): one program per scheduler each)
     tier = torch.arange(len(s)) // (4 * sms)
     row["tier_mean_end_us"] = [round(float(us(s[tier == k, 2]).mean()), 1) for k in range(int(tier.max()) + 1)]
-    raw[shape] = dict(split=s, merge=m, t0=t0)
+    raw[shape] = dict(split=s, merge=m, t0=t0, graph_split=gs, graph_merge=gm, graph_t0=g0, graph_marks=g_marks)
     return row
 
 
