@@ -37,8 +37,8 @@ from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels import interpreting
-from aphrodite_int2kv.kernels.common import (LOG2E, empty_state, group_heads, int2_span, query_dot_center, query_planes,
-                                             window_span)
+from aphrodite_int2kv.kernels.common import (LOG2E, empty_state, group_heads, int2_span, next_page, query_dot_center,
+                                             query_planes, window_span)
 from aphrodite_int2kv.kernels.folded import folded_span, query_codes, store_partial_pairs
 
 
@@ -158,10 +158,14 @@ def split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, st
     SEG: tl.constexpr = W if G > W else G
     NG: tl.constexpr = D // G
     if FOLD:
+        # The first tile's block-table entries are loaded before the query: a program's start is a
+        # chain of loads (lengths -> query -> table -> pages) that no other work hides, and issuing
+        # these two together takes one load latency out of it.
+        page_first = next_page(table_row, start, end, tl.arange(0, BLOCK_N), BLOCK_SIZE, BLOCK_N, TABLE_AHEAD)
         # the folded tile takes q as int8 codes times a scale per row, softmax scale included
         q0, q1, q2, q3, qscale = query_codes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, qk_scale)
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = folded_span(
-            q0, q1, q2, q3, qscale, start, end, lo, table_row, head_off, stride_cb, stride_cs, cache_u8,
+            q0, q1, q2, q3, qscale, start, end, lo, page_first, table_row, head_off, stride_cb, stride_cs, cache_u8,
             cache_f16, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG,
             OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
         store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs,

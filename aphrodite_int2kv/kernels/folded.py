@@ -32,7 +32,7 @@ from shifts and masks, plane_unit is 1 and no plane is lifted (k_codes).
 import triton
 import triton.language as tl
 
-from aphrodite_int2kv.kernels.common import column, load_tile, magic_bits, next_page
+from aphrodite_int2kv.kernels.common import column, load_tile, magic_bits
 
 
 # V: two 16-bit words, tokens t (low) and t+1 (high), each the bytes of columns 2j, 2j+1 ->
@@ -323,18 +323,19 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q
 
 
 @triton.jit
-def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
-                BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
+def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, head_off, stride_cb, stride_cs,
+                cache_u8, cache_f16, BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
                 G: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
                 TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr = 0):
     """Positions [max(lo, first), hi) of one sequence with the folded tile, N at a time from lo (a
     multiple of N); arguments as common.int2_span's, but the query as query_codes gives it (int8
-    planes and qscale, softmax scale * log2(e) included). Returns the folded state (empty_pairs)."""
+    planes and qscale, softmax scale * log2(e) included) and the first tile's block-table entries
+    as common.next_page gives them (the caller loads them before the query, so that the two
+    loads' latencies overlap). Returns the folded state (empty_pairs)."""
     qsums = query_sums(q0, q1, q2, q3, ROWS, W, G, NG)
     m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_pairs(ROWS, W, NG)
     ar = tl.arange(0, N)
-    page_next = next_page(table_row, lo, hi, ar, BLOCK_SIZE, N, TABLE_AHEAD)
     for n0 in range(lo, hi, N):
         nmask, page_next, kbytes, vwords, k_scale, k_zero, v_scale, v_zero = load_tile(
             n0, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
