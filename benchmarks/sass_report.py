@@ -9,6 +9,7 @@ figures in docs/benchmarks.md: instructions per loop iteration and registers per
   SHORT_N=32 MAXNREG=168 FOLD=1 ...                                    (short shares in 32-token tiles, as the engine's launch)
   SASS_DUMP=FILE ...                                                   (also write the whole SASS listing to FILE)
   KERNEL=merge python benchmarks/sass_report.py [D CHUNK]              (the merge kernel, pointers 16-byte aligned: registers, stack, calls)
+  KERNEL=merge MERGE_SPLIT=8 MERGE_WARPS=1 ...                         (the merge as small batches launch it: D / 8 columns, one warp)
 Each loop of more than 100 instructions is reported with its spill loads/stores (LDL/STL) and its
 shared-memory instructions by full opcode; then the shared buffers' TTGIR encodings and a sha1 of
 the SASS without addresses (copy this script into another tree to compare that tree's kernels).
@@ -63,7 +64,8 @@ def compile_merge(D=128, chunk=128):
     # pointers 16-byte aligned, as torch allocates them (Triton specializes on that at launch)
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr")}
     src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in cx.items()}, attrs=aligned)
-    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32),
+                          options={"num_warps": int(os.environ.get("MERGE_WARPS", "4"))})   # int2_decode merge_warps
 
 
 def report(ck):

@@ -523,15 +523,17 @@ def tail_slots(sinks: int, window_len: int) -> int:
     return -(-window_len // TAIL_N) + (1 if sinks else 0)
 
 
-def merge_chunk(num_splits: int, tail_programs: int, head_dim: int) -> int:
+def merge_chunk(num_splits: int, tail_programs: int, columns: int, warps: int = 4) -> int:
     """Slots the merge loads per step: about a uniform batch's slots per sequence (num_splits + 1 +
-    the tail's), a power of two from 16 to 16384 / head_dim (its registers). Each step of the merge
-    loop costs about a load latency (~1.5 us on the H200: 9 steps of 32 slots took 18.7 us at batch
-    1, 32K, where 3 steps of 128 took 5.4), and lanes beyond the slots cost registers and occupancy
-    (batch 64: 12.4 us with 32-slot steps, 21.6 with 128). Four variants at most per head_dim: the
-    ones a CUDA-graph capture of batch sizes 1..max compiles."""
+    the tail's), a power of two from 16 to 4096 * warps / columns, so that a step's [slots, columns]
+    fp32 tile is at most 128 values per thread (its registers; `columns` = D / merge_split, `warps`
+    = merge_warps). Each step of the merge loop costs about a load latency (~1.5 us on the H200: 9
+    steps of 32 slots took 18.7 us at batch 1, 32K, where 3 steps of 128 took 5.4; the loop is not
+    pipelined), and lanes beyond the slots cost registers and occupancy (batch 64: 12.4 us with
+    32-slot steps, 21.6 with 128). A few variants per head_dim: the ones a CUDA-graph capture of
+    batch sizes 1..max compiles."""
     want = triton.next_power_of_2(num_splits + 1 + tail_programs)
-    return max(16, min(want, 16384 // head_dim))
+    return max(16, min(want, 4096 * warps // columns))
 
 
 def partial_slots(num_splits: int, sinks: int, window_len: int) -> int:
@@ -673,7 +675,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if chain else {}))
     _int2_decode_merge_kernel[(B, Hq, merge_split)](
         part_out, part_lse, seq_lens, num_programs, num_slots, B, tail_base, int(sinks), window_len,
-        out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D), BLOCK_N=block_n,
+        out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, D // merge_split, merge_warps), BLOCK_N=block_n,
         PDL=pdl, SHORT_N=short_n, SHORT_UNITS=short_units, DC=D // merge_split, num_warps=merge_warps,
         **({"launch_pdl": True} if pdl else {}))
     return out
