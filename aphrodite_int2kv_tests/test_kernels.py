@@ -796,31 +796,6 @@ def test_decode_deals_tiles_evenly_and_merges_only_written_slots(fold, splits, b
     assert written_slots == sorted(p + b for p, b in split_shares(tiles, P))
 
 
-@pytest.mark.parametrize("splits", [2, 3, 5])
-def test_decode_mixed_tiles_read_every_position_once(splits):
-    """Short shares in mixed tiles (int2_decode mixed, folded.folded_span LONG_N): a share's
-    positions from its first multiple of block_n (32) on are read in tiles of 32 -- the last one
-    partial where more than 16 positions remain -- and the rest in tiles of short_n (16) at either
-    end. Pages of 64 (a multiple of block_n), 5 sinks below the first tile, lengths that end
-    mid-tile, and 2, 3 or 5 programs per sequence, so that shares start and end on odd and even
-    tiles of 16. Against the reference, and against the same launch in tiles of 16 throughout:
-    equal within rounding, but not bit for bit (the tiles differ), which shows the mixed loop ran."""
-    D, Hq, Hkv, S = 64, 4, 2, 5
-    L = SlotLayout(D, 32)
-    seq_lens = [16 * 5 + 3, 200, 16 * 7, 47]
-    cache, bt, _ = paged_cache(L, seq_lens, Hkv, 64)
-    c = 2.0 * torch.randn(Hkv, D, device=DEVICE)
-    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
-    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    run = dict(fold=True, table_ahead=True, block_n=32, short_n=16, short_units=64, sinks=S, k_center=c)
-    mixed = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, mixed=True, **run)
-    short = int2_decode(q, cache, bt, sl, L, D ** -0.5, splits, **run)
-    ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5, sinks=S, k_center=c, folded=True)
-    torch.testing.assert_close(mixed.float(), ref, atol=ATOL, rtol=0)
-    torch.testing.assert_close(mixed, short, atol=1e-5, rtol=0)
-    assert not torch.equal(mixed, short)
-
-
 @pytest.mark.parametrize("block_n,short_n,short_units", [(64, 8, 4), (64, 48, 4), (32, 16, -1)])
 def test_decode_rejects_short_tiles_it_cannot_run(block_n, short_n, short_units):
     """Short tiles below the tensor cores' K of 16 (they compile under the interpreter but not on

@@ -7,7 +7,6 @@ figures in docs/benchmarks.md: instructions per loop iteration and registers per
   FOLD=1 python benchmarks/sass_report.py ...                          (the folded tile, common.py)
   MAXNREG=168 FOLD=1 ...                                               (a register cap, as decode_launch_config's)
   SHORT_N=32 MAXNREG=168 FOLD=1 ...                                    (short shares in 32-token tiles, as the engine's launch)
-  MIXED=1 SHORT_N=32 ...                                               (short shares' aligned part in tiles of BLOCK_N)
   SASS_DUMP=FILE ...                                                   (also write the whole SASS listing to FILE)
   KERNEL=merge python benchmarks/sass_report.py [D CHUNK]              (the merge kernel, pointers 16-byte aligned: registers, stack, calls)
   KERNEL=merge MERGE_SPLIT=8 MERGE_WARPS=1 ...                         (the merge as small batches launch it: D / 8 columns, one warp)
@@ -46,8 +45,7 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
               ODD_SHIFT=int(os.environ.get("ODD_SHIFT", L.odd_shift)))   # kernel parameter order
     # short shares in tiles of SHORT_N (decode_launch_config's short_n; 0: none)
     cx.update(PDL=False, AFTER_TAIL=False, SHORT_N=int(os.environ.get("SHORT_N") or 0),
-              SHORT_UNITS=int(os.environ.get("SHORT_UNITS", "24")),
-              MIXED=bool(int(os.environ.get("MIXED", "0"))))     # short shares in mixed tiles (int2_decode mixed)
+              SHORT_UNITS=int(os.environ.get("SHORT_UNITS", "24")))
     for k in cx: sig[k] = "constexpr"
     src = ASTSource(fn=dec._int2_decode_split_kernel, signature=sig, constexprs={(list(sig).index(k),): v for k, v in cx.items()},
                     attrs={(list(sig).index(k),): [["tt.divisibility", 16]] for k in ("q_ptr","stride_qb","stride_qh","cache_u8","cache_f16","stride_cb","stride_cs","stride_ch","block_table_ptr","seq_lens_ptr","part_out_ptr","part_lse_ptr")})

@@ -76,7 +76,6 @@ def _int2_decode_split_kernel(
     AFTER_TAIL: tl.constexpr = False,            # this launch is the tail launch's dependent
     SHORT_N: tl.constexpr = 0,                   # > 0: short shares in tiles of SHORT_N (share_tiles)
     SHORT_UNITS: tl.constexpr = 0,
-    MIXED: tl.constexpr = False,                 # short shares read their aligned part in tiles of BLOCK_N
 ):
     if PDL:
         # lets the merge's programs start as this launch's programs finish (they wait in
@@ -112,9 +111,6 @@ def _int2_decode_split_kernel(
         short = False       # a constexpr: only the BLOCK_N loop below is compiled
         unit = BLOCK_N
     TILE_SHORT: tl.constexpr = SHORT_N if SHORT_N > 0 else BLOCK_N
-    # mixed tiles (folded.folded_span LONG_N): a short share's positions from the first multiple of
-    # BLOCK_N on in tiles of BLOCK_N, where the page entries are one scalar per tile of either length
-    LONG_N: tl.constexpr = BLOCK_N if MIXED and FOLD and TABLE_AHEAD and SHORT_N > 0 and BLOCK_SIZE % BLOCK_N == 0 else 0
     t0 = first_tile(program, total, num_programs)
     t1 = first_tile(program + 1, total, num_programs)
     _, batch, first = batch_tiles(seq_lens_ptr, batch_size, t0, 0, head_len, window_len, BLOCK_N, SHORT_N, short)
@@ -134,8 +130,7 @@ def _int2_decode_split_kernel(
                 split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo, table_row,
                               kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16, part_out_ptr,
                               part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, TILE_SHORT, OFF_V, OFF_KS,
-                              OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT,
-                              LONG_N)
+                              OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT)
             else:
                 split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo, table_row,
                               kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16, part_out_ptr,
@@ -156,9 +151,9 @@ def split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, st
                   BLOCK_N: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                   OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
                   L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
-                  FOLD: tl.constexpr, TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr, LONG_N: tl.constexpr = 0):
+                  FOLD: tl.constexpr, TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr):
     """One sequence's positions [start, end) (masked below lo) for one head tile, its partial
-    result written to slot rows `row` [BLOCK_H]. LONG_N: folded.folded_span's."""
+    result written to slot rows `row` [BLOCK_H]."""
     W: tl.constexpr = D // 4
     SEG: tl.constexpr = W if G > W else G
     NG: tl.constexpr = D // G
@@ -174,7 +169,7 @@ def split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, st
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = folded_span(
             q0, q1, q2, q3, qscale, start, end, lo, page_first, table_row, head_off, stride_cb, stride_cs, cache_u8,
             cache_f16, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT, LONG_N)
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
         store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs,
                             D, W, G, NG, FAST)
     else:
@@ -438,14 +433,13 @@ class DecodeLaunch:
     short_units: int = 0     # up to this many of them per program on average
     merge_split: int = 1     # merge programs per query row (int2_decode)
     merge_warps: int = 4
-    mixed: bool = False      # short shares read their aligned part in tiles of block_n (int2_decode)
 
     def kwargs(self) -> dict:
         """int2_decode's launch arguments (all but num_splits), the tile included."""
         return dict(block_n=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages,
                     block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold, maxnreg=self.maxnreg,
                     chain_tail=self.chain_tail, short_n=self.short_n, short_units=self.short_units,
-                    merge_split=self.merge_split, merge_warps=self.merge_warps, mixed=self.mixed)
+                    merge_split=self.merge_split, merge_warps=self.merge_warps)
 
 
 def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
@@ -518,8 +512,7 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
         cap = 168 if fold and head_dim > 64 and block_h <= 8 else None
         # short shares in tiles of 32 (int2_decode short_n): at 32K, batch 8 the programs hold
         # 10.45 tiles of 64 on average and the wave waits for those with 11 (SHORT_SHARE)
-        # (mixed: read in tiles of 64 from the share's first multiple of 64 on; MEASURE)
-        short = dict(short_n=32, short_units=SHORT_SHARE // 32, mixed=True) if fold else {}
+        short = dict(short_n=32, short_units=SHORT_SHARE // 32) if fold else {}
         return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold, cap, chain_tail, **short, **merge)
     return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead, fold, None, chain_tail, **merge)
 
@@ -585,7 +578,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
                 _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
                 chain_tail: bool = False, short_n: int = 0, short_units: int = 0,
-                merge_split: int = 1, merge_warps: int = 4, mixed: bool = False) -> torch.Tensor:
+                merge_split: int = 1, merge_warps: int = 4) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -611,10 +604,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     `short_n` > 0 (a divisor of block_n, >= 16): where the programs' shares would average 1 to
     `short_units` tiles of short_n, the launch deals and reads tiles of short_n instead of block_n
     (decode_launch_config says when).
-    `mixed`: with the folded tile, short shares and block-table entries a tile ahead, where the page
-    size is a multiple of block_n, a share's positions from its first multiple of block_n on are read
-    in tiles of block_n and only the rest in tiles of short_n (folded.folded_span LONG_N; other pages:
-    tiles of short_n throughout).
     `merge_split`: the merge's programs per query row, each merging D / merge_split columns (a
     power of two, D / merge_split >= 16), with `merge_warps` warps.
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
@@ -683,8 +672,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
         part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
         BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
-        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units,
-        MIXED=bool(mixed), **heads,
+        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units, **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
         **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if chain else {}))
     merge_columns = D // merge_split

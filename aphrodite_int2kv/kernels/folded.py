@@ -323,60 +323,26 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q
 
 
 @triton.jit
-def folded_tiles(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale, lo, stop, first, end,
-                 page_next, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16, BLOCK_SIZE: tl.constexpr,
-                 ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
-                 OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr,
-                 OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr, TABLE_AHEAD: tl.constexpr,
-                 ODD_SHIFT: tl.constexpr):
-    """Tiles of N at lo, lo + N, ... below stop (lo a multiple of N), positions < first or >= end
-    masked, into the folded state; returns it and the next tile's page entries (load_tile)."""
-    ar = tl.arange(0, N)
-    for n0 in range(lo, stop, N):
-        nmask, page_next, kbytes, vwords, k_scale, k_zero, v_scale, v_zero = load_tile(
-            n0, page_next, ar, first, end, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
-            BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, True, ODD_SHIFT)
-        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_folded(
-            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
-            kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
-    return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, page_next
-
-
-@triton.jit
 def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, head_off, stride_cb, stride_cs,
                 cache_u8, cache_f16, BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
                 G: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
-                TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr = 0, LONG_N: tl.constexpr = 0):
+                TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr = 0):
     """Positions [max(lo, first), hi) of one sequence with the folded tile, N at a time from lo (a
     multiple of N); arguments as common.int2_span's, but the query as query_codes gives it (int8
     planes and qscale, softmax scale * log2(e) included) and the first tile's block-table entries
     as common.next_page gives them (the caller loads them before the query, so that the two
-    loads' latencies overlap). Returns the folded state (empty_pairs).
-    LONG_N > 0 (a multiple of N dividing BLOCK_SIZE, with TABLE_AHEAD: the page entries are then
-    one scalar whatever the tile): the positions from lo rounded up to a multiple of LONG_N are read
-    in tiles of LONG_N -- the last one partial where more than LONG_N - N positions remain -- and
-    only the rest, at either end, in tiles of N. A share dealt in tiles of N (short shares) then
-    costs the longer tile's fewer instructions per position (sass_report: 850 per 64 positions,
-    488 per 32 at head_dim 128)."""
+    loads' latencies overlap). Returns the folded state (empty_pairs)."""
     qsums = query_sums(q0, q1, q2, q3, ROWS, W, G, NG)
     m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_pairs(ROWS, W, NG)
-    if LONG_N > 0:
-        mid_lo = tl.minimum(tl.cdiv(lo, LONG_N) * LONG_N, hi)
-        mid_hi = mid_lo + LONG_N * ((hi - mid_lo + N - 1) // LONG_N)
-        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, page_next = folded_tiles(
-            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale, lo, mid_lo, first, hi,
-            page_next, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16, BLOCK_SIZE, ROWS, N, W, G,
-            NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
-        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, page_next = folded_tiles(
-            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale, mid_lo, mid_hi, first, hi,
-            page_next, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16, BLOCK_SIZE, ROWS, LONG_N, W,
-            G, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
-        lo = mid_hi
-    m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, _ = folded_tiles(
-        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale, lo, hi, first, hi,
-        page_next, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16, BLOCK_SIZE, ROWS, N, W, G, NG,
-        OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
+    ar = tl.arange(0, N)
+    for n0 in range(lo, hi, N):
+        nmask, page_next, kbytes, vwords, k_scale, k_zero, v_scale, v_zero = load_tile(
+            n0, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
+            BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, True, ODD_SHIFT)
+        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_folded(
+            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
+            kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
     return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
 
 
