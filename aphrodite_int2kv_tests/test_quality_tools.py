@@ -91,8 +91,15 @@ def test_eval_scores_int2_keys_with_the_decode_query_rounding():
     kq, vq = tf(0, k, v)
     H = hadamard(D)
     q_hat = R.query_codes(q[-1:] @ H, D ** -0.5) @ H.T
-    ref = R.attend(q[-1:], kq, vq, D ** -0.5, q_folded=q_hat, folded_keys=(skip, T), folded_center=tf.offset[0])
+    ref = R.attend(q[-1:], kq, vq, D ** -0.5, q_folded=q_hat, folded_keys=(skip, T), folded_center=tf.used_offsets[0][0])
     torch.testing.assert_close(out[-1:], ref, atol=1e-5, rtol=0)
+    # the scores use the offset of the layer they are asked for, whatever layer was encoded last
+    two = KVTransform(scheme, D, Hkv, 2)
+    two(0, k, v)
+    two(1, k + 3.0, v)
+    torch.testing.assert_close(two.folded_scores(0, q, kq, D ** -0.5), tf.folded_scores(0, q, kq, D ** -0.5))
+    with pytest.raises(RuntimeError, match="before the transform encoded that layer's keys"):
+        KVTransform(scheme, D, Hkv, 2).folded_scores(1, q, kq, D ** -0.5)
     exact = attention_fn(Scheme("s", "int2", center=True, center_skip=skip, center_from_cache=True),
                          KVTransform(scheme, D, Hkv, 1), D ** -0.5)(0, q, k, v)
     assert 1e-5 < (exact[-1:] - out[-1:]).abs().max() < 0.1

@@ -67,6 +67,7 @@ class KVTransform:
         if scheme.kind == "int2":
             self.layout = SlotLayout(head_dim, scheme.group_size)
             self.offsets = {}
+            self.used_offsets = {}      # per layer: the K offset its keys were last encoded with
             self.rot_k = self._rotations(scheme.k_rotation, num_kv_heads, layers, keep_offsets=True)
             self.rot_v = self._rotations(scheme.v_rotation, num_kv_heads, layers)
 
@@ -112,7 +113,7 @@ class KVTransform:
                                      s.lloyd_max, s.std_range)
                 kd0 = rotate(decode_slots(first, self.layout, s.lloyd_max)[0], rk.transpose(-1, -2))
                 offset = kd0[min(s.center_mean_from, n - 1):].mean(0, keepdim=True)
-        self.offset = offset
+        self.used_offsets[layer] = offset
         slots = encode_slots(rotate(k - offset, rk), rotate(v, rv), self.layout, s.k_clip, s.v_clip,
                              s.lloyd_max, s.std_range)
         kd, vd = decode_slots(slots, self.layout, s.lloyd_max)
@@ -130,13 +131,18 @@ class KVTransform:
     def folded_scores(self, layer: int, q, k_rec, sm_scale):
         """Scores [Hq, T, T] (before sm_scale) of q [T, Hq, D] against the int2 keys k_rec [T, Hkv, D]
         as decode's folded tile computes them: the query rounded in the K-rotated basis meets the
-        centered key, q . offset stays exact (reference.attend's folded_center)."""
+        centered key, q . offset stays exact (reference.attend's folded_center). The offset is the
+        one this transform encoded the layer's keys with (its last call for `layer`)."""
+        if layer not in self.used_offsets:
+            raise RuntimeError(f"int2 quality: folded_scores for layer {layer} before the transform encoded that "
+                               "layer's keys; call the transform on the layer first (the scores use its K offset)")
+        offset = self.used_offsets[layer]
         ratio = q.shape[1] // k_rec.shape[1]
         rk = self.rot_k[layer]
         rq = rk.repeat_interleave(ratio, 0) if rk.shape[0] > 1 else rk
         q_hat = rotate(query_codes(rotate(q, rq), sm_scale), rq.transpose(-1, -2))
-        off = self.offset.reshape(-1, self.D).repeat_interleave(ratio, 0)            # [Hq, D]
-        kc = (k_rec - self.offset).repeat_interleave(ratio, 1).transpose(0, 1)      # [Hq, T, D]
+        off = offset.reshape(-1, self.D).repeat_interleave(ratio, 0)                 # [Hq, D]
+        kc = (k_rec - offset).repeat_interleave(ratio, 1).transpose(0, 1)           # [Hq, T, D]
         return q_hat.transpose(0, 1) @ kc.transpose(1, 2) + (q * off).sum(-1).transpose(0, 1)[..., None]
 
 
