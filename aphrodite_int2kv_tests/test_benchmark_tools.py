@@ -52,3 +52,21 @@ def test_decode_timeline_patches_the_kernels_it_traces():
     assert "t_wait = _now(batch)" in merge and "tl.store(trace + 2, _now(batch))" in merge
     assert "t_first = tl.where(n0 == lo, _now(n0), t_first)" in span
     assert "_now(" not in inspect.getsource(decode) and "_now(" not in inspect.getsource(folded)
+
+
+def test_decode_floor_replaces_only_the_tile():
+    """benchmarks/decode_floor.py (and decode_timeline.py --floor) swap the folded tile for one
+    that keeps a fraction of its math; the rest of the launch, the timeline's stamps included, is
+    the shipped one, and the product's tile is untouched."""
+    import inspect
+
+    from benchmarks.decode_timeline import traced_package
+    from aphrodite_int2kv.kernels import folded
+
+    traced = traced_package(0, 0, floor=True)
+    tiles = inspect.getmodule(traced.folded_span.fn)
+    tile = inspect.getsource(tiles.int2_tile_folded.fn)
+    span = inspect.getsource(tiles.folded_span.fn)
+    assert "benchmarks/decode_floor.py: one of the tile" in tile and "tl.exp2" not in tile
+    assert "t_first = tl.where(n0 == lo, _now(n0), t_first)" in span
+    assert "tl.exp2" in inspect.getsource(folded.int2_tile_folded.fn)

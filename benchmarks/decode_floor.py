@@ -56,6 +56,15 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q
 '''
 
 
+def replace_tile(folded: pathlib.Path):
+    """A package copy's kernels/folded.py with FLOOR_TILE in place of its int2_tile_folded
+    (also used by decode_timeline.py --floor)."""
+    text = folded.read_text()
+    start = text.index("@triton.jit\ndef int2_tile_folded(")
+    end = text.index("@triton.jit", start + 1)
+    folded.write_text(text[:start] + FLOOR_TILE + text[end:])
+
+
 def floor_package(tmp: pathlib.Path):
     """This tree's package copied to tmp/int2kv_floor, renamed, its folded tile replaced."""
     src = pathlib.Path(shipped.__file__).resolve().parents[1]
@@ -63,12 +72,7 @@ def floor_package(tmp: pathlib.Path):
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
     for f in dst.rglob("*.py"):
         f.write_text(f.read_text().replace("aphrodite_int2kv", "int2kv_floor"))
-    folded = dst / "kernels" / "folded.py"
-    text = folded.read_text()
-    start = text.index("@triton.jit\ndef int2_tile_folded(")
-    end = text.index("@triton.jit", start + 1)
-    folded.write_text(text[:start] + FLOOR_TILE + text[end:])
-    assert "benchmarks/decode_floor.py: one of the tile" in folded.read_text()
+    replace_tile(dst / "kernels" / "folded.py")
     sys.path.insert(0, str(tmp))
     return importlib.import_module("int2kv_floor.kernels.decode")
 

@@ -71,8 +71,9 @@ def _patch(path: pathlib.Path, edits):
     path.write_text(text)
 
 
-def traced_package(split_addr: int, merge_addr: int):
-    """Import a copy of aphrodite_int2kv as int2kv_trace with the stamps compiled in."""
+def traced_package(split_addr: int, merge_addr: int, floor: bool = False):
+    """Import a copy of aphrodite_int2kv as int2kv_trace with the stamps compiled in; `floor`: with
+    decode_floor.py's tile in place of the folded tile (most of its math taken out)."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="int2kv_trace_"))
     pkg = tmp / "int2kv_trace"
     shutil.copytree(ROOT / "aphrodite_int2kv", pkg)
@@ -110,7 +111,12 @@ def traced_package(split_addr: int, merge_addr: int):
          "+ tl.program_id(2))\n"
          "    tl.store(trace, t_entry)\n    tl.store(trace + 1, t_wait)\n    tl.store(trace + 2, _now(batch))\n"),
     ])
+    if floor:
+        from benchmarks.decode_floor import replace_tile
+        replace_tile(pkg / "kernels" / "folded.py")
     sys.path.insert(0, str(tmp))
+    for name in [m for m in sys.modules if m == "int2kv_trace" or m.startswith("int2kv_trace.")]:
+        del sys.modules[name]       # an earlier copy in this process (the tests build two)
     return importlib.import_module("int2kv_trace.kernels.decode")
 
 
@@ -234,13 +240,16 @@ def main():
     ap.add_argument("--merge", default="", help="merge_split/merge_warps for every launch (int2_decode); "
                     "default: decode_launch_config's")
     ap.add_argument("--repeats", type=int, default=5, help="traced launches per shape (the median run is kept)")
+    ap.add_argument("--floor", action="store_true",
+                    help="stamp decode_floor.py's launch (the tile's math mostly taken out) instead of the shipped one; "
+                         "the rows' untraced event time stays the shipped launch's")
     ap.add_argument("--out", default="decode_timeline.json")
     args = ap.parse_args()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     max_programs, max_merge = 1 << 16, 1 << 14
     split_buf = torch.empty(max_programs * SLOTS, dtype=torch.int64, device="cuda")
     merge_buf = torch.empty(max_merge * SLOTS, dtype=torch.int64, device="cuda")
-    traced = traced_package(split_buf.data_ptr(), merge_buf.data_ptr())
+    traced = traced_package(split_buf.data_ptr(), merge_buf.data_ptr(), floor=args.floor)
     timer = Timer(graph=True)
     rows, raw = [], {}
     for shape in args.shapes.split(","):
