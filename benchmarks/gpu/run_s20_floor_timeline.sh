@@ -5,7 +5,7 @@
 set -u
 source benchmarks/gpu_setup.sh > $OUT/setup.log 2>&1
 mkdir -p $OUT/logs
-for side in shipped floor; do
+for side in floor; do
   flag=""; [ $side = floor ] && flag="--floor"
   timeout 200 python3 benchmarks/decode_timeline.py $flag --shapes 32/4/128/32768/8,16/2/256/32768/8,32/4/128/131072/8 \
     --out $OUT/decode_timeline_$side.json > $OUT/logs/timeline_$side.log 2>&1
