@@ -61,8 +61,6 @@ def main():
     ap.add_argument("--short", default="",
                     help="extra new-side launches with other short shares: short_n/short_units,... (0/0: one "
                          "loop of block_n; 32/0: both loops compiled, never short)")
-    ap.add_argument("--short-stages", default="",
-                    help="extra new-side launches with the short tiles' loop at other pipeline stages: K,... (int2_decode)")
     ap.add_argument("--merge", default="",
                     help="extra new-side launches with another merge: merge_split/merge_warps,... (int2_decode)")
     ap.add_argument("--head-major", action="store_true",
@@ -121,9 +119,6 @@ def main():
                     sn, su = map(int, v.split("/"))
                     sides.append((f"new/short{sn}/{su}", new.int2_decode, ncfg.num_splits,
                                   dict(ncfg.kwargs(), short_n=sn, short_units=su)))
-                for v in [v for v in args.short_stages.split(",") if v]:
-                    sides.append((f"new/short_stages{v}", new.int2_decode, ncfg.num_splits,
-                                  dict(ncfg.kwargs(), short_stages=int(v))))
                 for v in [v for v in args.merge.split(",") if v]:
                     ms, mw = map(int, v.split("/"))
                     sides.append((f"new/merge{ms}/{mw}", new.int2_decode, ncfg.num_splits,

@@ -82,9 +82,9 @@ def traced_package(split_addr: int, merge_addr: int, floor: bool = False):
     split_here = "tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)"
     _patch(pkg / "kernels" / "folded.py", [
         ("import triton.language as tl\n", "import triton.language as tl\n" + STAMP),
-        ("    for n0 in tl.range(lo, hi, N, num_stages=STAGES):\n        nmask, page_next, kbytes, vwords,",
+        ("    for n0 in range(lo, hi, N):\n        nmask, page_next, kbytes, vwords,",
          "    t_first = tl.full([], 9223372036854775807, tl.int64)\n"
-         "    for n0 in tl.range(lo, hi, N, num_stages=STAGES):\n        nmask, page_next, kbytes, vwords,"),
+         "    for n0 in range(lo, hi, N):\n        nmask, page_next, kbytes, vwords,"),
         ("kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)\n",
          "kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)\n"
          "        t_first = tl.where(n0 == lo, _now(n0), t_first)\n"

@@ -76,7 +76,6 @@ def _int2_decode_split_kernel(
     AFTER_TAIL: tl.constexpr = False,            # this launch is the tail launch's dependent
     SHORT_N: tl.constexpr = 0,                   # > 0: short shares in tiles of SHORT_N (share_tiles)
     SHORT_UNITS: tl.constexpr = 0,
-    SHORT_STAGES: tl.constexpr = None,           # pipeline stages of the short tiles' loop (None: num_stages)
 ):
     if PDL:
         # lets the merge's programs start as this launch's programs finish (they wait in
@@ -131,8 +130,7 @@ def _int2_decode_split_kernel(
                 split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo, table_row,
                               kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16, part_out_ptr,
                               part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, TILE_SHORT, OFF_V, OFF_KS,
-                              OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT,
-                              SHORT_STAGES)
+                              OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT)
             else:
                 split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, start, end, lo, table_row,
                               kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16, part_out_ptr,
@@ -153,8 +151,7 @@ def split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, st
                   BLOCK_N: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                   OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, LLOYD: tl.constexpr, L0: tl.constexpr,
                   L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
-                  FOLD: tl.constexpr, TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr,
-                  STAGES: tl.constexpr = None):
+                  FOLD: tl.constexpr, TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr):
     """One sequence's positions [start, end) (masked below lo) for one head tile, its partial
     result written to slot rows `row` [BLOCK_H]."""
     W: tl.constexpr = D // 4
@@ -172,7 +169,7 @@ def split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, st
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = folded_span(
             q0, q1, q2, q3, qscale, start, end, lo, page_first, table_row, head_off, stride_cb, stride_cs, cache_u8,
             cache_f16, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT, STAGES)
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
         store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs,
                             D, W, G, NG, FAST)
     else:
@@ -581,7 +578,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
                 _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
                 chain_tail: bool = False, short_n: int = 0, short_units: int = 0,
-                merge_split: int = 1, merge_warps: int = 4, short_stages: int | None = None) -> torch.Tensor:
+                merge_split: int = 1, merge_warps: int = 4) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -607,7 +604,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     `short_n` > 0 (a divisor of block_n, >= 16): where the programs' shares would average 1 to
     `short_units` tiles of short_n, the launch deals and reads tiles of short_n instead of block_n
     (decode_launch_config says when).
-    `short_stages`: pipeline stages of the short tiles' loop (None: num_stages, as the other loop).
     `merge_split`: the merge's programs per query row, each merging D / merge_split columns (a
     power of two, D / merge_split >= 16), with `merge_warps` warps.
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
@@ -676,8 +672,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
         part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
         BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
-        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units,
-        SHORT_STAGES=short_stages, **heads,
+        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units, **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
         **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if chain else {}))
     merge_columns = D // merge_split

@@ -327,7 +327,7 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, hea
                 cache_u8, cache_f16, BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
                 G: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
-                TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr = 0, STAGES: tl.constexpr = None):
+                TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr = 0):
     """Positions [max(lo, first), hi) of one sequence with the folded tile, N at a time from lo (a
     multiple of N); arguments as common.int2_span's, but the query as query_codes gives it (int8
     planes and qscale, softmax scale * log2(e) included) and the first tile's block-table entries
@@ -336,7 +336,7 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, hea
     qsums = query_sums(q0, q1, q2, q3, ROWS, W, G, NG)
     m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_pairs(ROWS, W, NG)
     ar = tl.arange(0, N)
-    for n0 in tl.range(lo, hi, N, num_stages=STAGES):
+    for n0 in range(lo, hi, N):
         nmask, page_next, kbytes, vwords, k_scale, k_zero, v_scale, v_zero = load_tile(
             n0, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
             BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, True, ODD_SHIFT)
