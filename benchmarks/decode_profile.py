@@ -4,7 +4,9 @@ where the split kernel's time goes (stall reasons, pipe and memory utilisation),
 event timings of decode_attention.py cannot say.
 
   ncu --clock-control none -k regex:_int2_decode_split --section ... \\
-      python3 benchmarks/decode_profile.py [--batch 8] [--config 32/4/128]
+      python3 benchmarks/decode_profile.py [--batch 8] [--config 32/4/128] [--floor]
+
+--floor: decode_floor.py's launch (the folded tile's math mostly taken out) instead of the shipped one.
 """
 import argparse
 import math
@@ -24,7 +26,14 @@ def main():
     ap.add_argument("--context", type=int, default=32768)
     ap.add_argument("--config", default="32/4/128", help="q heads/kv heads/head_dim")
     ap.add_argument("--tiles", default="folded,per-code")
+    ap.add_argument("--floor", action="store_true", help="decode_floor.py's launch (folded tile only)")
     args = ap.parse_args()
+    launch = int2_decode
+    if args.floor:
+        import pathlib
+        import tempfile
+        from benchmarks.decode_floor import floor_package
+        launch = floor_package(pathlib.Path(tempfile.mkdtemp())).int2_decode
     Hq, Hkv, D = map(int, args.config.split("/"))
     B, S, BS = args.batch, args.context, 128
     L = SlotLayout(D, 64)
@@ -37,9 +46,9 @@ def main():
         cfg = decode_launch_config(B, Hkv, Hq // Hkv, D, fold=tile == "folded")    # as the engine launches it
         kw = dict(cfg.kwargs(), fold=tile == "folded")
         for _ in range(2):      # the first call compiles; ncu is told to skip it (--launch-skip)
-            int2_decode(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)
+            launch(q, cache, table, seq, L, D ** -0.5, cfg.num_splits, **kw)
         torch.cuda.synchronize()
-        print(f"{tile}: B={B} S={S} Hq={Hq} Hkv={Hkv} D={D} launch={cfg}", flush=True)
+        print(f"{tile}{' (floor)' if args.floor else ''}: B={B} S={S} Hq={Hq} Hkv={Hkv} D={D} launch={cfg}", flush=True)
 
 
 if __name__ == "__main__":
