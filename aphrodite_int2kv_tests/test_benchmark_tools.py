@@ -70,3 +70,22 @@ def test_decode_floor_replaces_only_the_tile():
     assert "benchmarks/decode_floor.py: one of the tile" in tile and "tl.exp2" not in tile
     assert "t_first = tl.where(n0 == lo, _now(n0), t_first)" in span
     assert "tl.exp2" in inspect.getsource(folded.int2_tile_folded.fn)
+
+
+@pytest.mark.parametrize("programs,block,words", [(3, 16, 96), (1, 64, 64), (5, 32, 301), (4, 16, 7)])
+def test_read_floor_kernel_reads_every_word_once(programs, block, words):
+    """benchmarks/read_floor.py's streaming read (its floor for a launch reading N bytes) must read
+    each word of its buffer exactly once, shares uneven or not: per-program sums of distinct words
+    match torch's over the same contiguous shares."""
+    import torch
+
+    from aphrodite_int2kv.kernels import interpreting
+    if not interpreting():
+        pytest.skip("CPU check under TRITON_INTERPRET=1 (the GPU runs it in read_floor.py itself)")
+    from benchmarks.read_floor import read_once
+
+    src = torch.arange(words, dtype=torch.int32)
+    out = torch.full((programs,), -1, dtype=torch.int32)
+    read_once(src, out, programs, block, warps=1, stages=1)
+    share = -(-words // programs)
+    assert out.tolist() == [int(src[p * share:(p + 1) * share].sum()) for p in range(programs)]

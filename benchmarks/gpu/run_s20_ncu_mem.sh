@@ -12,7 +12,7 @@ for run in "shipped32k 32768" "floor32k 32768 --floor" "shipped128k 131072" "flo
   timeout 100 ncu --clock-control none -k regex:_int2_decode_split --launch-skip 1 --launch-count 1 \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section MemoryWorkloadAnalysis_Tables \
     --section Occupancy -o $OUT/ncu_$1 python3 benchmarks/decode_profile.py --config 32/4/128 --batch 8 \
-    --context $2 --tiles folded $3 > $OUT/logs/ncu_$1.log 2>&1
+    --context $2 --tiles folded ${3:-} > $OUT/logs/ncu_$1.log 2>&1
   echo "ncu $1 exit $? at ${SECONDS}s"
   ncu -i $OUT/ncu_$1.ncu-rep --page details > $OUT/logs/ncu_$1_details.txt 2>&1
   grep -h -i "^ *Duration\|DRAM Throughput\|Memory Throughput\|L2 Hit Rate\|L1/TEX Hit\|Mem Busy\|Max Bandwidth\|Mem Pipes\|L2 Compression\|Achieved Occupancy" $OUT/logs/ncu_$1_details.txt | cut -c1-110
