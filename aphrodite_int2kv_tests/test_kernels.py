@@ -680,6 +680,82 @@ def test_decode_dependent_launches_wait_for_the_results_they_read(R):
             torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
 
 
+@pytest.mark.skipif(not ON_GPU or torch.cuda.get_device_capability()[0] < 9,
+                    reason="programmatic dependent launch: sm_90+ GPUs (runs on the H200), not the interpreter")
+@pytest.mark.parametrize("R,merge_split", [(0, 1), (64, 8)])
+def test_decode_row_merge_waits_for_its_rows_programs(R, merge_split):
+    """row_merge: each merge program waits for its own row's split programs (a count per sequence
+    and head tile in rows_done) instead of the whole split launch. As the dependent-launch test
+    above: the merge starts while the split programs run, the workspace holds NaN before each
+    replay, so a merge that read a row before all its partial results were written would show it;
+    and the counts are back at zero after every replay (else the next replay's merge would not
+    wait). Captured in a CUDA graph, replayed 10 times."""
+    D, Hq, Hkv = 128, 8, 2
+    L = SlotLayout(D, 64)
+    seq_lens = [16384, 12000, 300]
+    cache, bt, written = paged_cache(L, seq_lens, Hkv, 128)
+    window = (*window_cache(written, Hkv, D, 16), R) if R else None
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    slots = partial_slots(2, 0, R)
+    ws = (torch.empty(len(seq_lens) * Hq * slots * D, device=DEVICE), torch.empty(len(seq_lens) * Hq * slots, device=DEVICE))
+    rows_done = torch.zeros(2 * len(seq_lens) * Hkv, dtype=torch.int32, device=DEVICE)
+    out = torch.empty_like(q)
+    run = lambda: int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, out=out, workspace=ws, window=window, fold=True,  # noqa: E731
+                              chain_tail=True, row_merge=True, rows_done=rows_done, merge_split=merge_split,
+                              merge_warps=1 if merge_split > 1 else 4)
+    run()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    refs = []
+    for b, n in enumerate(seq_lens):
+        kq, vq = R_.gather_sequence(cache, bt[b], n, L)
+        k = torch.cat([kq[:n - R], written[b][0][n - R:].to(torch.bfloat16).float()])
+        v = torch.cat([vq[:n - R], written[b][1][n - R:].to(torch.bfloat16).float()])
+        refs.append(R_.attend(q[b:b + 1], k, v, D ** -0.5, q_folded=R_.query_codes(q[b:b + 1], D ** -0.5),
+                              folded_keys=(0, n - R)))
+    for _ in range(10):
+        ws[0].fill_(float("nan"))
+        ws[1].fill_(float("nan"))
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert not rows_done.any(), "row_merge left counts behind"
+        for b, ref in enumerate(refs):
+            torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("Hq,Hkv,merge_split,short", [(8, 2, 8, False), (40, 1, 1, True), (48, 2, 1, False)])
+def test_decode_row_merge_matches_the_launch_wide_merge(Hq, Hkv, merge_split, short):
+    """row_merge (the merge waits per sequence and head tile, counted in rows_done) gives the
+    launch-wide merge's output, with several head tiles per KV group and a partial last one (40
+    query heads per KV head: tiles of 16, 16 and 8), uneven shares, sinks, a window and a sequence
+    inside the window (no split programs), and leaves the counts at zero so the same buffer serves
+    the next launch. A rows_done buffer too small is refused."""
+    D, S, R = 128, 4, 40
+    L = SlotLayout(D, 64)
+    seq_lens = [S + R + 150, 3, 200, R + 1, 97]
+    cache, bt, written = paged_cache(L, seq_lens, Hkv, 16)
+    k_win, v_win, wbt = window_cache(written, Hkv, D, 7)
+    c = 3.0 * torch.randn(Hkv, D, device=DEVICE)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    args = (q, cache, bt, sl, L, D ** -0.5, 3)
+    kw = dict(k_center=c, sinks=S, window=(k_win, v_win, wbt, R), fold=True, merge_split=merge_split,
+              merge_warps=1 if merge_split > 1 else 4, **(dict(block_n=32, short_n=16, short_units=4) if short else {}))
+    want = int2_decode(*args, **kw)
+    tiles = -(-(Hq // Hkv) // (8 if Hq // Hkv <= 8 else 16 if Hq // Hkv <= 16 else 32 if Hq // Hkv <= 32 else 16))
+    rows_done = torch.zeros(2 * len(seq_lens) * Hkv * tiles, dtype=torch.int32, device=DEVICE)
+    for _ in range(2):
+        got = int2_decode(*args, **kw, row_merge=True, rows_done=rows_done)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
+        assert not rows_done.any()
+    torch.testing.assert_close(int2_decode(*args, **kw, row_merge=True), want, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="rows_done"):
+        int2_decode(*args, **kw, row_merge=True, rows_done=rows_done[:-1])
+
+
 @pytest.mark.parametrize("merge_split,merge_warps", [(2, 4), (4, 2), (8, 1)])
 def test_decode_merge_split_over_columns(merge_split, merge_warps):
     """The merge split over the head dimension (merge_split programs per query row, D / merge_split

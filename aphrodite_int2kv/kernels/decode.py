@@ -61,6 +61,7 @@ def _int2_decode_split_kernel(
     qk_scale,                                    # softmax scale * log2(e)
     num_programs, num_slots, batch_size,         # runtime: one compiled kernel serves every batch and grid
     head_len, window_len,                        # runtime: tokens left to the tail kernel
+    rows_done_ptr,                               # [B, Hkv * TILES] int32 (ROW_SIGNAL; int2_decode row_merge)
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
     RATIO: tl.constexpr, TILES: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -76,6 +77,7 @@ def _int2_decode_split_kernel(
     AFTER_TAIL: tl.constexpr = False,            # this launch is the tail launch's dependent
     SHORT_N: tl.constexpr = 0,                   # > 0: short shares in tiles of SHORT_N (share_tiles)
     SHORT_UNITS: tl.constexpr = 0,
+    ROW_SIGNAL: tl.constexpr = False,            # count each sequence's written partials (row_merge)
 ):
     if PDL:
         # lets the merge's programs start as this launch's programs finish (they wait in
@@ -136,12 +138,33 @@ def _int2_decode_split_kernel(
                               kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16, part_out_ptr,
                               part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, BLOCK_N, OFF_V, OFF_KS,
                               OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT)
+            if ROW_SIGNAL:
+                signal_partial(rows_done_ptr + batch * tl.num_programs(1) + tl.program_id(1), AFTER_TAIL)
         first += n_tiles
         batch += 1
     if AFTER_TAIL:
         # launched while the tail launch runs (its programs overlap this launch's start): this
         # launch completes after it, so the merge, which waits for this launch, waits for both
         gdc_wait()
+
+
+@triton.jit
+def signal_partial(counter, AFTER_TAIL: tl.constexpr):
+    """One more of a (sequence, head tile)'s partial results is written (row_merge): the warp's
+    stores, then a release increment, so a merge program that acquires the count sees them."""
+    if AFTER_TAIL:
+        gdc_wait()          # the tail's partial results too (the merge no longer waits for the grid)
+    tl.debug_barrier()
+    tl.atomic_add(counter, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def await_partials(counter, count):
+    """Spin until `count` partial results of a (sequence, head tile) are in (row_merge). Each
+    poll is an acquire (so the loads after the last see the writers' stores): a relaxed poll with
+    one acquire after it lost that acquire in compilation (an unused atomic add of 0)."""
+    while tl.atomic_add(counter, 0, sem="acquire", scope="gpu") < count:
+        pass
 
 
 @triton.jit
@@ -331,9 +354,11 @@ def batch_tiles(seq_lens_ptr, batch_size, upto_tile, upto_seq, head_len, window_
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_programs, num_slots, batch_size,
-                              tail_base, head_len, window_len, out_ptr, stride_ob, stride_oh,
+                              tail_base, head_len, window_len, out_ptr, stride_ob, stride_oh, rows_done_ptr,
                               D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, DC: tl.constexpr,
-                              PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0):
+                              PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0,
+                              ROW_WAIT: tl.constexpr = False, RATIO: tl.constexpr = 1, TILES: tl.constexpr = 1,
+                              BLOCK_H: tl.constexpr = 1):
     """Grid (batch, num_q_heads, D // DC): log-sum-exp merge of a row's partial results, CHUNK slots at a
     time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2(l_i), so it enters the running
     softmax state with weight exp2(lse_i - m)). It reads the slots the split programs holding the
@@ -359,7 +384,13 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
     m = tl.full([], float("-inf"), tl.float32)
     l = tl.zeros([], tl.float32)
     acc = tl.zeros([DC], tl.float32)
-    if PDL:
+    if ROW_WAIT:
+        # row_merge: wait for this row's split programs only (they count their partial results
+        # in rows_done), so rows whose programs end early are merged during the split's tail
+        head_tiles = tl.num_programs(1) // RATIO * TILES            # the split grid's axis 1
+        tile_done = rows_done_ptr + batch * head_tiles + (head // RATIO) * TILES + (head % RATIO) // BLOCK_H
+        await_partials(tile_done, used)
+    elif PDL:
         gdc_wait()      # launched as a dependent grid: the split programs' results are complete from here
     for c0 in range(0, count, CHUNK):
         k = c0 + tl.arange(0, CHUNK)
@@ -377,6 +408,16 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
         m = m_new
     out = acc / tl.where(l > 0, l, 1.0)                # a sequence of length 0: all slots empty, zeros
     tl.store(out_ptr + batch * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
+    if ROW_WAIT:
+        # the tile's last merge program to finish zeroes both counts for the next launch (every
+        # program of the tile has passed its wait, every split program has counted)
+        in_tile = tl.minimum(BLOCK_H, RATIO - (head % RATIO) // BLOCK_H * BLOCK_H) * tl.num_programs(2)
+        merges_done = tile_done + tl.num_programs(0) * head_tiles    # the buffer's second half
+        if tl.atomic_add(merges_done, 1, sem="acq_rel", scope="gpu") == in_tile - 1:
+            tl.atomic_xchg(tile_done, 0, sem="relaxed", scope="gpu")
+            tl.atomic_xchg(merges_done, 0, sem="relaxed", scope="gpu")
+        if PDL:
+            gdc_wait()  # this launch completes after the split launch, as without row_merge
 
 
 @triton.jit
@@ -578,7 +619,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
                 _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
                 chain_tail: bool = False, short_n: int = 0, short_units: int = 0,
-                merge_split: int = 1, merge_warps: int = 4) -> torch.Tensor:
+                merge_split: int = 1, merge_warps: int = 4, row_merge: bool = False,
+                rows_done: torch.Tensor | None = None) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -606,6 +648,10 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     (decode_launch_config says when).
     `merge_split`: the merge's programs per query row, each merging D / merge_split columns (a
     power of two, D / merge_split >= 16), with `merge_warps` warps.
+    `row_merge`: each merge program waits for its own row's split programs instead of the whole
+    split launch: they count their partial results per (sequence, head tile) in `rows_done`
+    (int32, at least 2 * B * Hkv * cdiv(Hq / Hkv, block_h) values, all zero before the first
+    launch; the merge leaves them zero again; allocated here when None, at the cost of a memset).
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
     per sequence) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
@@ -625,6 +671,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     if fold and lloyd_max:
         raise ValueError("int2 decode: the folded tile (fold=True) needs uniform levels; Lloyd-Max "
                          "codes are dequantized per code (fold=False)")
+    if row_merge and _upstream_head_map:
+        raise ValueError("int2 decode: row_merge counts rows by head tile; the upstream head map is a test hook")
     cen = center_args(k_center, sinks, B, Hkv, D, q_rot, "decode")
     ratio = Hq // Hkv
     if block_h is None:
@@ -640,6 +688,15 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     num_programs = num_splits * B
     tail_base = num_programs + B
     num_slots = B * partial_slots(num_splits, sinks, window_len)
+    if row_merge:
+        if rows_done is None:
+            rows_done = torch.zeros(2 * B * grid_heads, dtype=torch.int32, device=q_rot.device)
+        elif rows_done.dtype != torch.int32 or not rows_done.is_contiguous() or rows_done.numel() < 2 * B * grid_heads:
+            raise ValueError(f"int2 decode: rows_done must be a contiguous int32 buffer of at least "
+                             f"2 * {B} * {grid_heads} values (zero before the first launch); got "
+                             f"{rows_done.dtype}, {rows_done.numel()} values")
+    else:
+        rows_done = seq_lens            # not read
     if workspace is None:
         part_out = torch.empty(Hq * num_slots * D, dtype=torch.float32, device=q_rot.device)
         part_lse = torch.empty(Hq * num_slots, dtype=torch.float32, device=q_rot.device)
@@ -670,15 +727,18 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
             num_warps=4)   # one short tile: 4 warps keep it free of spills and load it in parallel
     _int2_decode_split_kernel[(num_programs, grid_heads)](
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
-        part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
+        part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len, rows_done,
         BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
-        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units, **heads,
+        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units,
+        ROW_SIGNAL=bool(row_merge), **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
         **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if chain else {}))
     merge_columns = D // merge_split
     _int2_decode_merge_kernel[(B, Hq, merge_split)](
         part_out, part_lse, seq_lens, num_programs, num_slots, B, tail_base, int(sinks), window_len,
-        out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, merge_columns, merge_warps),
-        BLOCK_N=block_n, PDL=pdl, SHORT_N=short_n, SHORT_UNITS=short_units, DC=merge_columns, num_warps=merge_warps,
+        out, out.stride(0), out.stride(1), rows_done,
+        D=D, CHUNK=merge_chunk(num_splits, tail_programs, merge_columns, merge_warps),
+        BLOCK_N=block_n, PDL=pdl, SHORT_N=short_n, SHORT_UNITS=short_units, DC=merge_columns,
+        ROW_WAIT=bool(row_merge), RATIO=ratio, TILES=tiles, BLOCK_H=block_h, num_warps=merge_warps,
         **({"launch_pdl": True} if pdl else {}))
     return out
