@@ -46,6 +46,16 @@ def paged_batch(layout, lens, block_size, num_kv_heads, heads_first=True):
     return cache, table, torch.tensor(lens, dtype=torch.int32, device="cuda")
 
 
+def time_abba(timer, calls: dict, iters: int) -> dict:
+    """{name: [median us, median us]} of each call, timed in two passes, the second in reverse
+    order: the side timed first after the cache is built runs slower (session 18, call 7: 461 vs
+    422 us, the same kernel), which favoured every side after the first; report the mean of both."""
+    timed = {}
+    for name in list(calls) + list(calls)[::-1]:
+        timed.setdefault(name, []).append(timer.median_us(calls[name], iters=iters))
+    return timed
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline-path", required=True, help="directory holding the renamed baseline package")
@@ -141,7 +151,7 @@ def main():
                     offsets = torch.arange(BS, device="cuda")[None, :, None].expand(blocks, BS, Hkv)
                     base_pages = cache.clone()
                     base_pages.copy_(rotate_odd_slots(cache, offsets, L, stored=False))
-                calls, errs, timed = {}, {}, {}
+                calls, errs = {}, {}
                 for name, fn, splits, kw in sides:
                     pages, want = (hm, ref_hm) if name.startswith("hm/") else (cache, ref)
                     if name == "base":
@@ -159,12 +169,7 @@ def main():
                     except Exception as exc:  # noqa: BLE001 - a sweep: report and go on
                         log(f"    {name}: {str(exc).splitlines()[0][:160]}")
                         errs[name] = float("nan")
-                # two passes, the second in reverse order: the side timed first after the cache is
-                # built runs slower (session 18, call 7: 461 vs 422 us, the same kernel), which
-                # favoured every side after the baseline; each side's figure is the mean of both
-                order = [name for name, *_ in sides if name in calls]
-                for name in order + order[::-1]:
-                    timed.setdefault(name, []).append(timer.median_us(calls[name], iters=args.iters))
+                timed = time_abba(timer, {name: calls[name] for name, *_ in sides if name in calls}, args.iters)
                 for name, fn, splits, kw in sides:
                     us = statistics.mean(timed[name]) if name in timed else float("nan")
                     err = errs.get(name, float("nan"))

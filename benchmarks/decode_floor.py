@@ -21,18 +21,16 @@ about what the math adds; the floor against the copy figure, what the start, the
 and the merge cost on their own.
 """
 import argparse
-import importlib
 import pathlib
-import shutil
 import statistics
 import sys
-import tempfile
 
 import torch
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-from benchmarks.decode_ab import paged_batch  # noqa: E402
+from benchmarks.decode_ab import paged_batch, time_abba  # noqa: E402
 from benchmarks.decode_attention import Timer, copy_bandwidth, gpu_state, log, write_sweep  # noqa: E402
+from benchmarks.package_copy import import_copy, renamed_copy  # noqa: E402
 from aphrodite_int2kv.int2.format import SlotLayout  # noqa: E402
 from aphrodite_int2kv.kernels import decode as shipped  # noqa: E402
 
@@ -65,16 +63,12 @@ def replace_tile(folded: pathlib.Path):
     folded.write_text(text[:start] + FLOOR_TILE + text[end:])
 
 
-def floor_package(tmp: pathlib.Path):
-    """This tree's package copied to tmp/int2kv_floor, renamed, its folded tile replaced."""
-    src = pathlib.Path(shipped.__file__).resolve().parents[1]
-    dst = tmp / "int2kv_floor"
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
-    for f in dst.rglob("*.py"):
-        f.write_text(f.read_text().replace("aphrodite_int2kv", "int2kv_floor"))
-    replace_tile(dst / "kernels" / "folded.py")
-    sys.path.insert(0, str(tmp))
-    return importlib.import_module("int2kv_floor.kernels.decode")
+def floor_package():
+    """This tree's package copied as int2kv_floor (benchmarks/package_copy.py), its folded tile
+    replaced; returns its kernels.decode."""
+    pkg = renamed_copy("int2kv_floor")
+    replace_tile(pkg / "kernels" / "folded.py")
+    return import_copy(pkg)
 
 
 def main():
@@ -85,8 +79,7 @@ def main():
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--out", default="decode_floor.json")
     args = ap.parse_args()
-    tmp = pathlib.Path(tempfile.mkdtemp())
-    floor = floor_package(tmp)
+    floor = floor_package()
     timer = Timer(graph=True)
     copy_gbps = copy_bandwidth(timer)
     log(f"copy bandwidth {copy_gbps:.0f} GB/s")
@@ -105,9 +98,7 @@ def main():
                 calls = {name: (lambda fn=fn: fn(q, cache, table, seq, L, D ** -0.5, launch.num_splits,
                                                  **launch.kwargs()))
                          for name, fn in sides.items()}
-                timed = {}
-                for name in list(calls) + list(calls)[::-1]:
-                    timed.setdefault(name, []).append(timer.median_us(calls[name], iters=args.iters))
+                timed = time_abba(timer, calls, args.iters)
                 nbytes = B * S * Hkv * L.slot_bytes
                 us = {name: statistics.mean(t) for name, t in timed.items()}
                 frac = {name: nbytes / u / 1e3 / copy_gbps for name, u in us.items()}

@@ -33,7 +33,7 @@ def main():
         import pathlib
         import tempfile
         from benchmarks.decode_floor import floor_package
-        launch = floor_package(pathlib.Path(tempfile.mkdtemp())).int2_decode
+        launch = floor_package().int2_decode
     Hq, Hkv, D = map(int, args.config.split("/"))
     B, S, BS = args.batch, args.context, 128
     L = SlotLayout(D, 64)

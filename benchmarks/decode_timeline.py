@@ -21,12 +21,9 @@ and `graph_mark_after_us` place the graph's neighbouring nodes on the same clock
   python3 benchmarks/decode_timeline.py --shapes 32/4/128/32768/8 --out $OUT/timeline.json
 """
 import argparse
-import importlib
 import json
 import pathlib
-import shutil
 import sys
-import tempfile
 
 import torch
 import triton
@@ -36,6 +33,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from benchmarks.decode_ab import paged_batch  # noqa: E402
 from benchmarks.decode_attention import Timer  # noqa: E402
+from benchmarks.package_copy import import_copy, renamed_copy  # noqa: E402
 from aphrodite_int2kv.int2.format import SlotLayout  # noqa: E402
 from aphrodite_int2kv.kernels import decode as untraced  # noqa: E402
 
@@ -74,11 +72,7 @@ def _patch(path: pathlib.Path, edits):
 def traced_package(split_addr: int, merge_addr: int, floor: bool = False):
     """Import a copy of aphrodite_int2kv as int2kv_trace with the stamps compiled in; `floor`: with
     decode_floor.py's tile in place of the folded tile (most of its math taken out)."""
-    tmp = pathlib.Path(tempfile.mkdtemp(prefix="int2kv_trace_"))
-    pkg = tmp / "int2kv_trace"
-    shutil.copytree(ROOT / "aphrodite_int2kv", pkg)
-    for f in pkg.rglob("*.py"):
-        f.write_text(f.read_text().replace("aphrodite_int2kv", "int2kv_trace"))
+    pkg = renamed_copy("int2kv_trace")
     split_here = "tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)"
     _patch(pkg / "kernels" / "folded.py", [
         ("import triton.language as tl\n", "import triton.language as tl\n" + STAMP),
@@ -114,10 +108,7 @@ def traced_package(split_addr: int, merge_addr: int, floor: bool = False):
     if floor:
         from benchmarks.decode_floor import replace_tile
         replace_tile(pkg / "kernels" / "folded.py")
-    sys.path.insert(0, str(tmp))
-    for name in [m for m in sys.modules if m == "int2kv_trace" or m.startswith("int2kv_trace.")]:
-        del sys.modules[name]       # an earlier copy in this process (the tests build two)
-    return importlib.import_module("int2kv_trace.kernels.decode")
+    return import_copy(pkg)
 
 
 @triton.jit

@@ -33,9 +33,8 @@ from triton.backends.compiler import GPUTarget
 from aphrodite_int2kv.kernels import decode as dec
 from aphrodite_int2kv.int2.format import SlotLayout, LLOYD_MAX_LEVELS
 if os.environ.get("FLOOR"):     # decode_floor.py's launch: the folded tile's math mostly taken out
-    import pathlib
     from benchmarks.decode_floor import floor_package
-    dec = floor_package(pathlib.Path(tempfile.mkdtemp()))
+    dec = floor_package()
 
 def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_size=16, splits=16, stages=3,
                   lloyd=False):
