@@ -116,8 +116,12 @@ def gpu_state() -> dict:
     issue-bound kernel timed right after the bf16 kernels of a large shape may run at a lower
     clock than one timed alone. {} where nvidia-smi is missing."""
     try:
+        # nvidia-smi numbers the GPUs its own way (all of them, PCI order), torch within
+        # CUDA_VISIBLE_DEVICES: ask for this process's GPU by its PCI bus id
+        p = torch.cuda.get_device_properties(torch.cuda.current_device())
+        bus_id = f"{p.pci_domain_id:08x}:{p.pci_bus_id:02x}:{p.pci_device_id:02x}.0"
         out = subprocess.run(["nvidia-smi", "--query-gpu=clocks.sm,power.draw,temperature.gpu",
-                              "--format=csv,noheader,nounits", "-i", str(torch.cuda.current_device())],
+                              "--format=csv,noheader,nounits", "-i", bus_id],
                              capture_output=True, text=True, timeout=10).stdout.split(",")
         return dict(sm_mhz=float(out[0]), watts=float(out[1]), celsius=float(out[2]))
     except (OSError, ValueError, IndexError, subprocess.SubprocessError):

@@ -4,9 +4,13 @@
 # launch; session 20's next step 3). First its GPU tests (a merge that read early or counts left
 # behind fail them; a wrong count would hang, hence the timeout), then ABBA decode_ab: base (.ab =
 # 942b711, the shipped kernels), new (this tree, row_merge off: the same SASS), new/rowmerge.
+# Also checks gpu_state's bus-id query (benchmarks/decode_attention.py).
 set -u
 source benchmarks/gpu_setup.sh > $OUT/setup.log 2>&1
 mkdir -p $OUT/logs
+# gpu_state asks nvidia-smi for this process's GPU by PCI bus id (no longer by torch's index)
+python3 -c "import torch; from benchmarks.decode_attention import gpu_state; print('gpu_state', gpu_state())"
+nvidia-smi --query-gpu=index,pci.bus_id,clocks.sm --format=csv,noheader
 K="row_merge or dependent_launches or merge_split" bash benchmarks/gpu/kernel_tests_sharded.sh $OUT/logs 150
 echo "tests exit $? at ${SECONDS}s"
 for d in 128 256; do
