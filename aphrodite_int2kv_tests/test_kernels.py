@@ -637,8 +637,8 @@ def test_decode_reads_the_recent_window_in_full_precision(R, wbs):
 
 @pytest.mark.skipif(not ON_GPU or torch.cuda.get_device_capability()[0] < 9,
                     reason="programmatic dependent launch: sm_90+ GPUs (runs on the H200), not the interpreter")
-@pytest.mark.parametrize("R", [0, 64])
-def test_decode_dependent_launches_wait_for_the_results_they_read(R):
+@pytest.mark.parametrize("R,row_merge,merge_split", [(0, False, 1), (64, False, 1), (0, True, 1), (64, True, 8)])
+def test_decode_dependent_launches_wait_for_the_results_they_read(R, row_merge, merge_split):
     """On sm_90+ the merge is a programmatic dependent of the split launch (and, with a window, the
     split of the tail launch): it may start while the split programs run and must wait (gdc_wait)
     before reading their partial results (with the window, chain_tail: the split waits for the tail
@@ -646,50 +646,9 @@ def test_decode_dependent_launches_wait_for_the_results_they_read(R):
     run long and leave the GPU free for the merge's, so a merge reading before the split launch
     completed reads the NaN the workspace is filled with before each replay. As the engine runs it:
     captured in a CUDA graph, replayed 10 times. (Fails with the merge's gdc_wait removed: H200,
-    benchmarks/results/session13/.)"""
-    D, Hq, Hkv = 128, 8, 2
-    L = SlotLayout(D, 64)
-    seq_lens = [16384, 12000]
-    cache, bt, written = paged_cache(L, seq_lens, Hkv, 128)
-    window = (*window_cache(written, Hkv, D, 16), R) if R else None
-    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
-    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    slots = partial_slots(2, 0, R)
-    ws = (torch.empty(len(seq_lens) * Hq * slots * D, device=DEVICE), torch.empty(len(seq_lens) * Hq * slots, device=DEVICE))
-    out = torch.empty_like(q)
-    run = lambda: int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, out=out, workspace=ws, window=window, fold=True,  # noqa: E731
-                              chain_tail=True)
-    run()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        run()
-    refs = []
-    for b, n in enumerate(seq_lens):
-        kq, vq = R_.gather_sequence(cache, bt[b], n, L)
-        k = torch.cat([kq[:n - R], written[b][0][n - R:].to(torch.bfloat16).float()])
-        v = torch.cat([vq[:n - R], written[b][1][n - R:].to(torch.bfloat16).float()])
-        refs.append(R_.attend(q[b:b + 1], k, v, D ** -0.5, q_folded=R_.query_codes(q[b:b + 1], D ** -0.5),
-                              folded_keys=(0, n - R)))
-    for _ in range(10):
-        ws[0].fill_(float("nan"))
-        ws[1].fill_(float("nan"))
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        for b, ref in enumerate(refs):
-            torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
-
-
-@pytest.mark.skipif(not ON_GPU or torch.cuda.get_device_capability()[0] < 9,
-                    reason="programmatic dependent launch: sm_90+ GPUs (runs on the H200), not the interpreter")
-@pytest.mark.parametrize("R,merge_split", [(0, 1), (64, 8)])
-def test_decode_row_merge_waits_for_its_rows_programs(R, merge_split):
-    """row_merge: each merge program waits for its own row's split programs (a count per sequence
-    and head tile in rows_done) instead of the whole split launch. As the dependent-launch test
-    above: the merge starts while the split programs run, the workspace holds NaN before each
-    replay, so a merge that read a row before all its partial results were written would show it;
-    and the counts are back at zero after every replay (else the next replay's merge would not
-    wait). Captured in a CUDA graph, replayed 10 times."""
+    benchmarks/results/session13/.) row_merge: each merge program waits for its own row's split
+    programs instead (counted in rows_done), and the counts must be back at zero after every
+    replay, else the next replay's merge would not wait."""
     D, Hq, Hkv = 128, 8, 2
     L = SlotLayout(D, 64)
     seq_lens = [16384, 12000, 300]
@@ -699,10 +658,10 @@ def test_decode_row_merge_waits_for_its_rows_programs(R, merge_split):
     sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
     slots = partial_slots(2, 0, R)
     ws = (torch.empty(len(seq_lens) * Hq * slots * D, device=DEVICE), torch.empty(len(seq_lens) * Hq * slots, device=DEVICE))
-    rows_done = torch.zeros(2 * len(seq_lens) * Hkv, dtype=torch.int32, device=DEVICE)
     out = torch.empty_like(q)
+    rows_done = torch.zeros(2 * len(seq_lens) * Hkv, dtype=torch.int32, device=DEVICE)
     run = lambda: int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, out=out, workspace=ws, window=window, fold=True,  # noqa: E731
-                              chain_tail=True, row_merge=True, rows_done=rows_done, merge_split=merge_split,
+                              chain_tail=True, row_merge=row_merge, rows_done=rows_done, merge_split=merge_split,
                               merge_warps=1 if merge_split > 1 else 4)
     run()
     graph = torch.cuda.CUDAGraph()
