@@ -11,7 +11,7 @@ from aphrodite_int2kv.int2 import reference as R
 from aphrodite_int2kv.int2 import reference as R_  # where a test's own variable is called R
 from aphrodite_int2kv.int2.format import SlotLayout, rotate_odd_slots
 from aphrodite_int2kv.int2.rotation import hadamard
-from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, partial_slots
+from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, partial_slots, rows_done_size
 from aphrodite_int2kv.kernels.prefill import int2_prefill
 from aphrodite_int2kv.kernels.store import int2_store
 from aphrodite_int2kv_tests.conftest import DEVICE
@@ -659,7 +659,7 @@ def test_decode_dependent_launches_wait_for_the_results_they_read(R, row_merge, 
     slots = partial_slots(2, 0, R)
     ws = (torch.empty(len(seq_lens) * Hq * slots * D, device=DEVICE), torch.empty(len(seq_lens) * Hq * slots, device=DEVICE))
     out = torch.empty_like(q)
-    rows_done = torch.zeros(2 * len(seq_lens) * Hkv, dtype=torch.int32, device=DEVICE)
+    rows_done = torch.zeros(rows_done_size(len(seq_lens), Hkv), dtype=torch.int32, device=DEVICE)
     run = lambda: int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, out=out, workspace=ws, window=window, fold=True,  # noqa: E731
                               chain_tail=True, row_merge=row_merge, rows_done=rows_done, merge_split=merge_split,
                               merge_warps=1 if merge_split > 1 else 4)
@@ -705,7 +705,7 @@ def test_decode_row_merge_matches_the_launch_wide_merge(Hq, Hkv, merge_split, sh
               merge_warps=1 if merge_split > 1 else 4, **(dict(block_n=32, short_n=16, short_units=4) if short else {}))
     want = int2_decode(*args, **kw)
     tiles = -(-(Hq // Hkv) // (8 if Hq // Hkv <= 8 else 16 if Hq // Hkv <= 16 else 32 if Hq // Hkv <= 32 else 16))
-    rows_done = torch.zeros(2 * len(seq_lens) * Hkv * tiles, dtype=torch.int32, device=DEVICE)
+    rows_done = torch.zeros(rows_done_size(len(seq_lens), Hkv * tiles), dtype=torch.int32, device=DEVICE)
     for _ in range(2):
         got = int2_decode(*args, **kw, row_merge=True, rows_done=rows_done)
         torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

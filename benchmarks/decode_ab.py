@@ -137,7 +137,7 @@ def main():
                                   dict(ncfg.kwargs(), merge_split=ms, merge_warps=mw)))
                 if args.row_merge:    # the counts preallocated, as an engine would hold them (zeroed once)
                     tiles_per_kv = math.ceil(Hq // Hkv / ncfg.block_h)
-                    rows_done = torch.zeros(2 * B * Hkv * tiles_per_kv, dtype=torch.int32, device="cuda")
+                    rows_done = torch.zeros(new.rows_done_size(B, Hkv * tiles_per_kv), dtype=torch.int32, device="cuda")
                     sides.append(("new/rowmerge", new.int2_decode, ncfg.num_splits,
                                   dict(ncfg.kwargs(), row_merge=True, rows_done=rows_done)))
                 if args.head_major:   # the same pages, each page's slots heads first

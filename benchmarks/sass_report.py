@@ -65,7 +65,7 @@ def compile_merge(D=128, chunk=128):
     cx = {"D": D, "CHUNK": chunk, "BLOCK_N": 64, "PDL": True, "SHORT_N": int(os.environ.get("SHORT_N") or 0),
           "SHORT_UNITS": int(os.environ.get("SHORT_UNITS", "24")),
           "DC": D // int(os.environ.get("MERGE_SPLIT", "1")),   # columns per merge program (int2_decode merge_split)
-          "ROW_WAIT": bool(int(os.environ.get("ROW_MERGE", "0"))), "RATIO": 8, "TILES": 1, "BLOCK_H": 8}
+          "ROW_WAIT": bool(int(os.environ.get("ROW_MERGE", "0"))), "RATIO": 8, "TILES": 1, "BLOCK_H": 8, "NAP": True}
     sig = {n: ("constexpr" if n in cx else "*i32" if n in ("seq_lens_ptr", "rows_done_ptr") else "*bf16" if n == "out_ptr"
                else "*fp32" if n.endswith("_ptr") else "i32") for n in names}
     # pointers 16-byte aligned, as torch allocates them (Triton specializes on that at launch)

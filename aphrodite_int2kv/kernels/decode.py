@@ -47,6 +47,10 @@ from aphrodite_int2kv.kernels.folded import folded_span, query_codes, store_part
 # 1 or a multiple of 16, i.e. at the first decode of some batch size, which in the engine is often a
 # mixed prefill + decode step that no CUDA-graph capture warmed up (session 6: a 2-3 s stall in the
 # first decode pass after start-up, benchmarks/results/session6/e2e_dense8b_int2_new.jsonl).
+# row_merge's counts, one per 128-byte line: the merge programs poll them, and thousands of polls
+# on one line queue at one L2 slice behind each other and behind the split programs' increments
+ROW_LINE = tl.constexpr(32)
+
 _RUNTIME_INTS = ["num_programs", "num_slots", "batch_size", "tail_base", "head_len", "window_len"]
 
 
@@ -139,7 +143,7 @@ def _int2_decode_split_kernel(
                               part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, BLOCK_N, OFF_V, OFF_KS,
                               OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT)
             if ROW_SIGNAL:
-                signal_partial(rows_done_ptr + batch * tl.num_programs(1) + tl.program_id(1), AFTER_TAIL)
+                signal_partial(rows_done_ptr + (batch * tl.num_programs(1) + tl.program_id(1)) * ROW_LINE, AFTER_TAIL)
         first += n_tiles
         batch += 1
     if AFTER_TAIL:
@@ -159,12 +163,16 @@ def signal_partial(counter, AFTER_TAIL: tl.constexpr):
 
 
 @triton.jit
-def await_partials(counter, count):
+def await_partials(counter, count, NAP: tl.constexpr):
     """Spin until `count` partial results of a (sequence, head tile) are in (row_merge). Each
     poll is an acquire (so the loads after the last see the writers' stores): a relaxed poll with
-    one acquire after it lost that acquire in compilation (an unused atomic add of 0)."""
+    one acquire after it lost that acquire in compilation (an unused atomic add of 0). NAP: each
+    failed poll sleeps ~0.5 us first (session 21, call 5: thousands of merge programs polling
+    without a pause made the launch 1.2x slower)."""
     while tl.atomic_add(counter, 0, sem="acquire", scope="gpu") < count:
-        pass
+        if NAP:
+            tl.inline_asm_elementwise("nanosleep.u32 500; mov.u32 $0, $1;", "=r,r", [count], dtype=tl.int32,
+                                      is_pure=False, pack=1)
 
 
 @triton.jit
@@ -358,7 +366,7 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
                               D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, DC: tl.constexpr,
                               PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0,
                               ROW_WAIT: tl.constexpr = False, RATIO: tl.constexpr = 1, TILES: tl.constexpr = 1,
-                              BLOCK_H: tl.constexpr = 1):
+                              BLOCK_H: tl.constexpr = 1, NAP: tl.constexpr = False):
     """Grid (batch, num_q_heads, D // DC): log-sum-exp merge of a row's partial results, CHUNK slots at a
     time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2(l_i), so it enters the running
     softmax state with weight exp2(lse_i - m)). It reads the slots the split programs holding the
@@ -388,8 +396,8 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
         # row_merge: wait for this row's split programs only (they count their partial results
         # in rows_done), so rows whose programs end early are merged during the split's tail
         head_tiles = tl.num_programs(1) // RATIO * TILES            # the split grid's axis 1
-        tile_done = rows_done_ptr + batch * head_tiles + (head // RATIO) * TILES + (head % RATIO) // BLOCK_H
-        await_partials(tile_done, used)
+        tile_done = rows_done_ptr + (batch * head_tiles + (head // RATIO) * TILES + (head % RATIO) // BLOCK_H) * ROW_LINE
+        await_partials(tile_done, used, NAP)
     elif PDL:
         gdc_wait()      # launched as a dependent grid: the split programs' results are complete from here
     for c0 in range(0, count, CHUNK):
@@ -412,7 +420,7 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
         # the tile's last merge program to finish zeroes both counts for the next launch (every
         # program of the tile has passed its wait, every split program has counted)
         in_tile = tl.minimum(BLOCK_H, RATIO - (head % RATIO) // BLOCK_H * BLOCK_H) * tl.num_programs(2)
-        merges_done = tile_done + tl.num_programs(0) * head_tiles    # the buffer's second half
+        merges_done = tile_done + tl.num_programs(0) * head_tiles * ROW_LINE    # the buffer's second half
         if tl.atomic_add(merges_done, 1, sem="acq_rel", scope="gpu") == in_tile - 1:
             tl.atomic_xchg(tile_done, 0, sem="relaxed", scope="gpu")
             tl.atomic_xchg(merges_done, 0, sem="relaxed", scope="gpu")
@@ -586,6 +594,12 @@ def partial_slots(num_splits: int, sinks: int, window_len: int) -> int:
     return num_splits + 1 + tail_slots(sinks, window_len)
 
 
+def rows_done_size(batch: int, head_tiles: int) -> int:
+    """int32 values of int2_decode's rows_done buffer (row_merge): two counts per sequence and head
+    tile (partial results written, merge programs done), each on its own 128-byte line."""
+    return 2 * batch * head_tiles * ROW_LINE.value
+
+
 def center_args(k_center, sinks: int, batch: int, num_kv_heads: int, head_dim: int, like, who: str):
     """Kernel arguments (pointer, batch stride, head stride) of the K offsets [B, Hkv, D] or
     [Hkv, D] (batch stride 0); placeholders without sinks."""
@@ -650,8 +664,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     power of two, D / merge_split >= 16), with `merge_warps` warps.
     `row_merge`: each merge program waits for its own row's split programs instead of the whole
     split launch: they count their partial results per (sequence, head tile) in `rows_done`
-    (int32, at least 2 * B * Hkv * cdiv(Hq / Hkv, block_h) values, all zero before the first
-    launch; the merge leaves them zero again; allocated here when None, at the cost of a memset).
+    (int32, at least rows_done_size(B, Hkv * cdiv(Hq / Hkv, block_h)) values, all zero before the
+    first launch; the merge leaves them zero again; allocated here when None, at a memset's cost).
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
     per sequence) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
@@ -689,12 +703,13 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     tail_base = num_programs + B
     num_slots = B * partial_slots(num_splits, sinks, window_len)
     if row_merge:
+        need = rows_done_size(B, grid_heads)
         if rows_done is None:
-            rows_done = torch.zeros(2 * B * grid_heads, dtype=torch.int32, device=q_rot.device)
-        elif rows_done.dtype != torch.int32 or not rows_done.is_contiguous() or rows_done.numel() < 2 * B * grid_heads:
+            rows_done = torch.zeros(need, dtype=torch.int32, device=q_rot.device)
+        elif rows_done.dtype != torch.int32 or not rows_done.is_contiguous() or rows_done.numel() < need:
             raise ValueError(f"int2 decode: rows_done must be a contiguous int32 buffer of at least "
-                             f"2 * {B} * {grid_heads} values (zero before the first launch); got "
-                             f"{rows_done.dtype}, {rows_done.numel()} values")
+                             f"rows_done_size({B}, {grid_heads}) = {need} values (zero before the first launch); "
+                             f"got {rows_done.dtype}, {rows_done.numel()} values")
     else:
         rows_done = seq_lens            # not read
     if workspace is None:
@@ -739,6 +754,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
         out, out.stride(0), out.stride(1), rows_done,
         D=D, CHUNK=merge_chunk(num_splits, tail_programs, merge_columns, merge_warps),
         BLOCK_N=block_n, PDL=pdl, SHORT_N=short_n, SHORT_UNITS=short_units, DC=merge_columns,
-        ROW_WAIT=bool(row_merge), RATIO=ratio, TILES=tiles, BLOCK_H=block_h, num_warps=merge_warps,
+        ROW_WAIT=bool(row_merge), RATIO=ratio, TILES=tiles, BLOCK_H=block_h, NAP=pdl, num_warps=merge_warps,
         **({"launch_pdl": True} if pdl else {}))
     return out

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# H200 call (nvidia-h200), session 21, call 5: int2_decode row_merge (each merge program waits for
+# H200 calls (nvidia-h200), session 21, calls 5 (c9f0562) and 6 (counts on their own 128-byte lines,
+# failed polls napping 0.5 us): int2_decode row_merge (each merge program waits for
 # its own row's split programs, counted per sequence and head tile, instead of the whole split
 # launch; session 20's next step 3). First its GPU tests (a merge that read early or counts left
 # behind fail them; a wrong count would hang, hence the timeout), then ABBA decode_ab: base (.ab =
