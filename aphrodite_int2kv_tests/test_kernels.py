@@ -11,7 +11,7 @@ from aphrodite_int2kv.int2 import reference as R
 from aphrodite_int2kv.int2 import reference as R_  # where a test's own variable is called R
 from aphrodite_int2kv.int2.format import SlotLayout, rotate_odd_slots
 from aphrodite_int2kv.int2.rotation import hadamard
-from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, partial_slots, rows_done_size
+from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, partial_slots
 from aphrodite_int2kv.kernels.prefill import int2_prefill
 from aphrodite_int2kv.kernels.store import int2_store
 from aphrodite_int2kv_tests.conftest import DEVICE
@@ -637,8 +637,8 @@ def test_decode_reads_the_recent_window_in_full_precision(R, wbs):
 
 @pytest.mark.skipif(not ON_GPU or torch.cuda.get_device_capability()[0] < 9,
                     reason="programmatic dependent launch: sm_90+ GPUs (runs on the H200), not the interpreter")
-@pytest.mark.parametrize("R,row_merge,merge_split", [(0, False, 1), (64, False, 1), (0, True, 1), (64, True, 8)])
-def test_decode_dependent_launches_wait_for_the_results_they_read(R, row_merge, merge_split):
+@pytest.mark.parametrize("R", [0, 64])
+def test_decode_dependent_launches_wait_for_the_results_they_read(R):
     """On sm_90+ the merge is a programmatic dependent of the split launch (and, with a window, the
     split of the tail launch): it may start while the split programs run and must wait (gdc_wait)
     before reading their partial results (with the window, chain_tail: the split waits for the tail
@@ -646,12 +646,10 @@ def test_decode_dependent_launches_wait_for_the_results_they_read(R, row_merge, 
     run long and leave the GPU free for the merge's, so a merge reading before the split launch
     completed reads the NaN the workspace is filled with before each replay. As the engine runs it:
     captured in a CUDA graph, replayed 10 times. (Fails with the merge's gdc_wait removed: H200,
-    benchmarks/results/session13/.) row_merge: each merge program waits for its own row's split
-    programs instead (counted in rows_done), and the counts must be back at zero after every
-    replay, else the next replay's merge would not wait."""
+    benchmarks/results/session13/.)"""
     D, Hq, Hkv = 128, 8, 2
     L = SlotLayout(D, 64)
-    seq_lens = [16384, 12000, 300]
+    seq_lens = [16384, 12000]
     cache, bt, written = paged_cache(L, seq_lens, Hkv, 128)
     window = (*window_cache(written, Hkv, D, 16), R) if R else None
     q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
@@ -659,10 +657,8 @@ def test_decode_dependent_launches_wait_for_the_results_they_read(R, row_merge, 
     slots = partial_slots(2, 0, R)
     ws = (torch.empty(len(seq_lens) * Hq * slots * D, device=DEVICE), torch.empty(len(seq_lens) * Hq * slots, device=DEVICE))
     out = torch.empty_like(q)
-    rows_done = torch.zeros(rows_done_size(len(seq_lens), Hkv), dtype=torch.int32, device=DEVICE)
     run = lambda: int2_decode(q, cache, bt, sl, L, D ** -0.5, 2, out=out, workspace=ws, window=window, fold=True,  # noqa: E731
-                              chain_tail=True, row_merge=row_merge, rows_done=rows_done, merge_split=merge_split,
-                              merge_warps=1 if merge_split > 1 else 4)
+                              chain_tail=True)
     run()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
@@ -680,39 +676,8 @@ def test_decode_dependent_launches_wait_for_the_results_they_read(R, row_merge, 
         out.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        assert not rows_done.any(), "row_merge left counts behind"
         for b, ref in enumerate(refs):
             torch.testing.assert_close(out[b:b + 1].float(), ref, atol=ATOL, rtol=0)
-
-
-@pytest.mark.parametrize("Hq,Hkv,merge_split,short", [(8, 2, 8, False), (40, 1, 1, True), (48, 2, 1, False)])
-def test_decode_row_merge_matches_the_launch_wide_merge(Hq, Hkv, merge_split, short):
-    """row_merge (the merge waits per sequence and head tile, counted in rows_done) gives the
-    launch-wide merge's output, with several head tiles per KV group and a partial last one (40
-    query heads per KV head: tiles of 16, 16 and 8), uneven shares, sinks, a window and a sequence
-    inside the window (no split programs), and leaves the counts at zero so the same buffer serves
-    the next launch. A rows_done buffer too small is refused."""
-    D, S, R = 128, 4, 40
-    L = SlotLayout(D, 64)
-    seq_lens = [S + R + 150, 3, 200, R + 1, 97]
-    cache, bt, written = paged_cache(L, seq_lens, Hkv, 16)
-    k_win, v_win, wbt = window_cache(written, Hkv, D, 7)
-    c = 3.0 * torch.randn(Hkv, D, device=DEVICE)
-    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
-    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
-    args = (q, cache, bt, sl, L, D ** -0.5, 3)
-    kw = dict(k_center=c, sinks=S, window=(k_win, v_win, wbt, R), fold=True, merge_split=merge_split,
-              merge_warps=1 if merge_split > 1 else 4, **(dict(block_n=32, short_n=16, short_units=4) if short else {}))
-    want = int2_decode(*args, **kw)
-    tiles = -(-(Hq // Hkv) // (8 if Hq // Hkv <= 8 else 16 if Hq // Hkv <= 16 else 32 if Hq // Hkv <= 32 else 16))
-    rows_done = torch.zeros(rows_done_size(len(seq_lens), Hkv * tiles), dtype=torch.int32, device=DEVICE)
-    for _ in range(2):
-        got = int2_decode(*args, **kw, row_merge=True, rows_done=rows_done)
-        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)
-        assert not rows_done.any()
-    torch.testing.assert_close(int2_decode(*args, **kw, row_merge=True), want, atol=1e-5, rtol=0)
-    with pytest.raises(ValueError, match="rows_done"):
-        int2_decode(*args, **kw, row_merge=True, rows_done=rows_done[:-1])
 
 
 @pytest.mark.parametrize("merge_split,merge_warps", [(2, 4), (4, 2), (8, 1)])

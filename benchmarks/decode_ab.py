@@ -73,8 +73,6 @@ def main():
                          "loop of block_n; 32/0: both loops compiled, never short)")
     ap.add_argument("--merge", default="",
                     help="extra new-side launches with another merge: merge_split/merge_warps,... (int2_decode)")
-    ap.add_argument("--row-merge", action="store_true",
-                    help="also time the new side with int2_decode row_merge (merges wait per row; counts preallocated)")
     ap.add_argument("--head-major", action="store_true",
                     help="also time the new side on the same pages read heads first (pages_heads_first)")
     ap.add_argument("--heads-first", action="store_true",
@@ -135,11 +133,6 @@ def main():
                     ms, mw = map(int, v.split("/"))
                     sides.append((f"new/merge{ms}/{mw}", new.int2_decode, ncfg.num_splits,
                                   dict(ncfg.kwargs(), merge_split=ms, merge_warps=mw)))
-                if args.row_merge:    # the counts preallocated, as an engine would hold them (zeroed once)
-                    tiles_per_kv = math.ceil(Hq // Hkv / ncfg.block_h)
-                    rows_done = torch.zeros(new.rows_done_size(B, Hkv * tiles_per_kv), dtype=torch.int32, device="cuda")
-                    sides.append(("new/rowmerge", new.int2_decode, ncfg.num_splits,
-                                  dict(ncfg.kwargs(), row_merge=True, rows_done=rows_done)))
                 if args.head_major:   # the same pages, each page's slots heads first
                     hm = pages_heads_first(cache)
                     ref_hm = R.decode_reference(q[:2].float(), hm, table[:2], short[:2], L, D ** -0.5)
@@ -177,7 +170,7 @@ def main():
                         if name in outs and "base" in outs and not name.startswith("hm/") else None
                     rows.append(dict(num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, context_len=S, batch=B, ragged=args.ragged,
                                      group_size=G, block_size=BS, side=name, num_splits=splits,
-                                     launch={k: v for k, v in kw.items() if k not in ("window", "rows_done")}, window=args.window, int2_us=round(us, 2),
+                                     launch={k: v for k, v in kw.items() if k != "window"}, window=args.window, int2_us=round(us, 2),
                                      us_passes=[round(u, 2) for u in timed.get(name, [])], ref_err=err,
                                      max_diff_vs_base=diff))
                     line.append(f"{name}:{splits}={us:.1f}")

@@ -11,7 +11,6 @@ figures in docs/benchmarks.md: instructions per loop iteration and registers per
   SASS_DUMP=FILE ...                                                   (also write the whole SASS listing to FILE)
   KERNEL=merge python benchmarks/sass_report.py [D CHUNK]              (the merge kernel, pointers 16-byte aligned: registers, stack, calls)
   KERNEL=merge MERGE_SPLIT=8 MERGE_WARPS=1 ...                         (the merge as small batches launch it: D / 8 columns, one warp)
-  ROW_MERGE=1 ...                                                      (int2_decode row_merge: split programs count rows, merges wait per row)
 Each loop of more than 100 instructions is reported with its spill loads/stores (LDL/STL) and its
 shared-memory instructions by full opcode; then the shared buffers' TTGIR encodings and a sha1 of
 the SASS without addresses (copy this script into another tree to compare that tree's kernels).
@@ -41,7 +40,7 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
     L = SlotLayout(D, G); lv = LLOYD_MAX_LEVELS
     sig = {"q_ptr": "*bf16", "stride_qb": "i32", "stride_qh": "i32", "cache_u8": "*u8", "cache_f16": "*fp16",
            "stride_cb": "i64", "stride_cs": "i32", "stride_ch": "i32", "block_table_ptr": "*i32", "stride_bt": "i32",
-           "seq_lens_ptr": "*i32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "qk_scale": "fp32", "num_programs": "i32", "num_slots": "i32", "batch_size": "i32", "head_len": "i32", "window_len": "i32", "rows_done_ptr": "*i32"}
+           "seq_lens_ptr": "*i32", "part_out_ptr": "*fp32", "part_lse_ptr": "*fp32", "qk_scale": "fp32", "num_programs": "i32", "num_slots": "i32", "batch_size": "i32", "head_len": "i32", "window_len": "i32"}
     cx = dict(BLOCK_SIZE=block_size, D=D, G=G, RATIO=ratio, TILES=triton.cdiv(ratio, block_h), NUM_Q_HEADS=32,
               BLOCK_H=block_h, BLOCK_N=block_n, OFF_V=L.v_codes, OFF_KS=L.k_scale, OFF_KZ=L.k_zero,
               OFF_VS=L.v_scale, OFF_VZ=L.v_zero, LLOYD=bool(lloyd), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3], DOT=tl.float16, FAST=True,
@@ -50,8 +49,7 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
               ODD_SHIFT=int(os.environ.get("ODD_SHIFT", L.odd_shift)))   # kernel parameter order
     # short shares in tiles of SHORT_N (decode_launch_config's short_n; 0: none)
     cx.update(PDL=False, AFTER_TAIL=False, SHORT_N=int(os.environ.get("SHORT_N") or 0),
-              SHORT_UNITS=int(os.environ.get("SHORT_UNITS", "24")),
-              ROW_SIGNAL=bool(int(os.environ.get("ROW_MERGE", "0"))))   # int2_decode row_merge
+              SHORT_UNITS=int(os.environ.get("SHORT_UNITS", "24")))
     for k in cx: sig[k] = "constexpr"
     src = ASTSource(fn=dec._int2_decode_split_kernel, signature=sig, constexprs={(list(sig).index(k),): v for k, v in cx.items()},
                     attrs={(list(sig).index(k),): [["tt.divisibility", 16]] for k in ("q_ptr","stride_qb","stride_qh","cache_u8","cache_f16","stride_cb","stride_cs","stride_ch","block_table_ptr","seq_lens_ptr","part_out_ptr","part_lse_ptr")})
@@ -64,9 +62,8 @@ def compile_merge(D=128, chunk=128):
     # every constexpr as the H200 launches it (PDL on; short shares with SHORT_N=32)
     cx = {"D": D, "CHUNK": chunk, "BLOCK_N": 64, "PDL": True, "SHORT_N": int(os.environ.get("SHORT_N") or 0),
           "SHORT_UNITS": int(os.environ.get("SHORT_UNITS", "24")),
-          "DC": D // int(os.environ.get("MERGE_SPLIT", "1")),   # columns per merge program (int2_decode merge_split)
-          "ROW_WAIT": bool(int(os.environ.get("ROW_MERGE", "0"))), "RATIO": 8, "TILES": 1, "BLOCK_H": 8, "NAP": True}
-    sig = {n: ("constexpr" if n in cx else "*i32" if n in ("seq_lens_ptr", "rows_done_ptr") else "*bf16" if n == "out_ptr"
+          "DC": D // int(os.environ.get("MERGE_SPLIT", "1"))}   # columns per merge program (int2_decode merge_split)
+    sig = {n: ("constexpr" if n in cx else "*i32" if n == "seq_lens_ptr" else "*bf16" if n == "out_ptr"
                else "*fp32" if n.endswith("_ptr") else "i32") for n in names}
     # pointers 16-byte aligned, as torch allocates them (Triton specializes on that at launch)
     aligned = {(names.index(n),): [["tt.divisibility", 16]] for n in names if n.endswith("_ptr")}

@@ -47,10 +47,6 @@ from aphrodite_int2kv.kernels.folded import folded_span, query_codes, store_part
 # 1 or a multiple of 16, i.e. at the first decode of some batch size, which in the engine is often a
 # mixed prefill + decode step that no CUDA-graph capture warmed up (session 6: a 2-3 s stall in the
 # first decode pass after start-up, benchmarks/results/session6/e2e_dense8b_int2_new.jsonl).
-# row_merge's counts, one per 128-byte line: the merge programs poll them, and thousands of polls
-# on one line queue at one L2 slice behind each other and behind the split programs' increments
-ROW_LINE = tl.constexpr(32)
-
 _RUNTIME_INTS = ["num_programs", "num_slots", "batch_size", "tail_base", "head_len", "window_len"]
 
 
@@ -65,7 +61,6 @@ def _int2_decode_split_kernel(
     qk_scale,                                    # softmax scale * log2(e)
     num_programs, num_slots, batch_size,         # runtime: one compiled kernel serves every batch and grid
     head_len, window_len,                        # runtime: tokens left to the tail kernel
-    rows_done_ptr,                               # [B, Hkv * TILES] int32 (ROW_SIGNAL; int2_decode row_merge)
     BLOCK_SIZE: tl.constexpr, D: tl.constexpr, G: tl.constexpr,
     RATIO: tl.constexpr, TILES: tl.constexpr, NUM_Q_HEADS: tl.constexpr,
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -81,7 +76,6 @@ def _int2_decode_split_kernel(
     AFTER_TAIL: tl.constexpr = False,            # this launch is the tail launch's dependent
     SHORT_N: tl.constexpr = 0,                   # > 0: short shares in tiles of SHORT_N (share_tiles)
     SHORT_UNITS: tl.constexpr = 0,
-    ROW_SIGNAL: tl.constexpr = False,            # count each sequence's written partials (row_merge)
 ):
     if PDL:
         # lets the merge's programs start as this launch's programs finish (they wait in
@@ -142,37 +136,12 @@ def _int2_decode_split_kernel(
                               kv_head * stride_ch, stride_cb, stride_cs, cache_u8, cache_f16, part_out_ptr,
                               part_lse_ptr, row, qk_scale, BLOCK_SIZE, D, G, BLOCK_H, BLOCK_N, OFF_V, OFF_KS,
                               OFF_KZ, OFF_VS, OFF_VZ, LLOYD, L0, L1, L2, L3, DOT, FAST, FOLD, TABLE_AHEAD, ODD_SHIFT)
-            if ROW_SIGNAL:
-                signal_partial(rows_done_ptr + (batch * tl.num_programs(1) + tl.program_id(1)) * ROW_LINE, AFTER_TAIL)
         first += n_tiles
         batch += 1
     if AFTER_TAIL:
         # launched while the tail launch runs (its programs overlap this launch's start): this
         # launch completes after it, so the merge, which waits for this launch, waits for both
         gdc_wait()
-
-
-@triton.jit
-def signal_partial(counter, AFTER_TAIL: tl.constexpr):
-    """One more of a (sequence, head tile)'s partial results is written (row_merge): the warp's
-    stores, then a release increment, so a merge program that acquires the count sees them."""
-    if AFTER_TAIL:
-        gdc_wait()          # the tail's partial results too (the merge no longer waits for the grid)
-    tl.debug_barrier()
-    tl.atomic_add(counter, 1, sem="release", scope="gpu")
-
-
-@triton.jit
-def await_partials(counter, count, NAP: tl.constexpr):
-    """Spin until `count` partial results of a (sequence, head tile) are in (row_merge). Each
-    poll is an acquire (so the loads after the last see the writers' stores): a relaxed poll with
-    one acquire after it lost that acquire in compilation (an unused atomic add of 0). NAP: each
-    failed poll sleeps ~0.5 us first (session 21, call 5: thousands of merge programs polling
-    without a pause made the launch 1.2x slower)."""
-    while tl.atomic_add(counter, 0, sem="acquire", scope="gpu") < count:
-        if NAP:
-            tl.inline_asm_elementwise("nanosleep.u32 500; mov.u32 $0, $1;", "=r,r", [count], dtype=tl.int32,
-                                      is_pure=False, pack=1)
 
 
 @triton.jit
@@ -362,11 +331,9 @@ def batch_tiles(seq_lens_ptr, batch_size, upto_tile, upto_seq, head_len, window_
 
 @triton.jit(do_not_specialize=_RUNTIME_INTS)
 def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_programs, num_slots, batch_size,
-                              tail_base, head_len, window_len, out_ptr, stride_ob, stride_oh, rows_done_ptr,
+                              tail_base, head_len, window_len, out_ptr, stride_ob, stride_oh,
                               D: tl.constexpr, CHUNK: tl.constexpr, BLOCK_N: tl.constexpr, DC: tl.constexpr,
-                              PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0,
-                              ROW_WAIT: tl.constexpr = False, RATIO: tl.constexpr = 1, TILES: tl.constexpr = 1,
-                              BLOCK_H: tl.constexpr = 1, NAP: tl.constexpr = False):
+                              PDL: tl.constexpr = False, SHORT_N: tl.constexpr = 0, SHORT_UNITS: tl.constexpr = 0):
     """Grid (batch, num_q_heads, D // DC): log-sum-exp merge of a row's partial results, CHUNK slots at a
     time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2(l_i), so it enters the running
     softmax state with weight exp2(lse_i - m)). It reads the slots the split programs holding the
@@ -392,13 +359,7 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
     m = tl.full([], float("-inf"), tl.float32)
     l = tl.zeros([], tl.float32)
     acc = tl.zeros([DC], tl.float32)
-    if ROW_WAIT:
-        # row_merge: wait for this row's split programs only (they count their partial results
-        # in rows_done), so rows whose programs end early are merged during the split's tail
-        head_tiles = tl.num_programs(1) // RATIO * TILES            # the split grid's axis 1
-        tile_done = rows_done_ptr + (batch * head_tiles + (head // RATIO) * TILES + (head % RATIO) // BLOCK_H) * ROW_LINE
-        await_partials(tile_done, used, NAP)
-    elif PDL:
+    if PDL:
         gdc_wait()      # launched as a dependent grid: the split programs' results are complete from here
     for c0 in range(0, count, CHUNK):
         k = c0 + tl.arange(0, CHUNK)
@@ -416,16 +377,6 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
         m = m_new
     out = acc / tl.where(l > 0, l, 1.0)                # a sequence of length 0: all slots empty, zeros
     tl.store(out_ptr + batch * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
-    if ROW_WAIT:
-        # the tile's last merge program to finish zeroes both counts for the next launch (every
-        # program of the tile has passed its wait, every split program has counted)
-        in_tile = tl.minimum(BLOCK_H, RATIO - (head % RATIO) // BLOCK_H * BLOCK_H) * tl.num_programs(2)
-        merges_done = tile_done + tl.num_programs(0) * head_tiles * ROW_LINE    # the buffer's second half
-        if tl.atomic_add(merges_done, 1, sem="acq_rel", scope="gpu") == in_tile - 1:
-            tl.atomic_xchg(tile_done, 0, sem="relaxed", scope="gpu")
-            tl.atomic_xchg(merges_done, 0, sem="relaxed", scope="gpu")
-        if PDL:
-            gdc_wait()  # this launch completes after the split launch, as without row_merge
 
 
 @triton.jit
@@ -594,12 +545,6 @@ def partial_slots(num_splits: int, sinks: int, window_len: int) -> int:
     return num_splits + 1 + tail_slots(sinks, window_len)
 
 
-def rows_done_size(batch: int, head_tiles: int) -> int:
-    """int32 values of int2_decode's rows_done buffer (row_merge): two counts per sequence and head
-    tile (partial results written, merge programs done), each on its own 128-byte line."""
-    return 2 * batch * head_tiles * ROW_LINE.value
-
-
 def center_args(k_center, sinks: int, batch: int, num_kv_heads: int, head_dim: int, like, who: str):
     """Kernel arguments (pointer, batch stride, head stride) of the K offsets [B, Hkv, D] or
     [Hkv, D] (batch stride 0); placeholders without sinks."""
@@ -633,8 +578,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
                 _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
                 chain_tail: bool = False, short_n: int = 0, short_units: int = 0,
-                merge_split: int = 1, merge_warps: int = 4, row_merge: bool = False,
-                rows_done: torch.Tensor | None = None) -> torch.Tensor:
+                merge_split: int = 1, merge_warps: int = 4) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -662,10 +606,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     (decode_launch_config says when).
     `merge_split`: the merge's programs per query row, each merging D / merge_split columns (a
     power of two, D / merge_split >= 16), with `merge_warps` warps.
-    `row_merge`: each merge program waits for its own row's split programs instead of the whole
-    split launch: they count their partial results per (sequence, head tile) in `rows_done`
-    (int32, at least rows_done_size(B, Hkv * cdiv(Hq / Hkv, block_h)) values, all zero before the
-    first launch; the merge leaves them zero again; allocated here when None, at a memset's cost).
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
     per sequence) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
@@ -685,8 +625,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     if fold and lloyd_max:
         raise ValueError("int2 decode: the folded tile (fold=True) needs uniform levels; Lloyd-Max "
                          "codes are dequantized per code (fold=False)")
-    if row_merge and _upstream_head_map:
-        raise ValueError("int2 decode: row_merge counts rows by head tile; the upstream head map is a test hook")
     cen = center_args(k_center, sinks, B, Hkv, D, q_rot, "decode")
     ratio = Hq // Hkv
     if block_h is None:
@@ -702,16 +640,6 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     num_programs = num_splits * B
     tail_base = num_programs + B
     num_slots = B * partial_slots(num_splits, sinks, window_len)
-    if row_merge:
-        need = rows_done_size(B, grid_heads)
-        if rows_done is None:
-            rows_done = torch.zeros(need, dtype=torch.int32, device=q_rot.device)
-        elif rows_done.dtype != torch.int32 or not rows_done.is_contiguous() or rows_done.numel() < need:
-            raise ValueError(f"int2 decode: rows_done must be a contiguous int32 buffer of at least "
-                             f"rows_done_size({B}, {grid_heads}) = {need} values (zero before the first launch); "
-                             f"got {rows_done.dtype}, {rows_done.numel()} values")
-    else:
-        rows_done = seq_lens            # not read
     if workspace is None:
         part_out = torch.empty(Hq * num_slots * D, dtype=torch.float32, device=q_rot.device)
         part_lse = torch.empty(Hq * num_slots, dtype=torch.float32, device=q_rot.device)
@@ -742,18 +670,15 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
             num_warps=4)   # one short tile: 4 warps keep it free of spills and load it in parallel
     _int2_decode_split_kernel[(num_programs, grid_heads)](
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
-        part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len, rows_done,
+        part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
         BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
-        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units,
-        ROW_SIGNAL=bool(row_merge), **heads,
+        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units, **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
         **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if chain else {}))
     merge_columns = D // merge_split
     _int2_decode_merge_kernel[(B, Hq, merge_split)](
         part_out, part_lse, seq_lens, num_programs, num_slots, B, tail_base, int(sinks), window_len,
-        out, out.stride(0), out.stride(1), rows_done,
-        D=D, CHUNK=merge_chunk(num_splits, tail_programs, merge_columns, merge_warps),
-        BLOCK_N=block_n, PDL=pdl, SHORT_N=short_n, SHORT_UNITS=short_units, DC=merge_columns,
-        ROW_WAIT=bool(row_merge), RATIO=ratio, TILES=tiles, BLOCK_H=block_h, NAP=pdl, num_warps=merge_warps,
+        out, out.stride(0), out.stride(1), D=D, CHUNK=merge_chunk(num_splits, tail_programs, merge_columns, merge_warps),
+        BLOCK_N=block_n, PDL=pdl, SHORT_N=short_n, SHORT_UNITS=short_units, DC=merge_columns, num_warps=merge_warps,
         **({"launch_pdl": True} if pdl else {}))
     return out
