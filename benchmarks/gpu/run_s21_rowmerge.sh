@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # (Runs only on commits dc098d4..3e8e40d: row_merge and decode_ab --row-merge were reverted after call 6.)
-# H200 calls (nvidia-h200), session 21, calls 5 (c9f0562) and 6 (counts on their own 128-byte lines,
+# H200 calls (nvidia-h200), session 21, calls 5 (dc098d4) and 6 (3e8e40d: counts on their own 128-byte lines,
 # failed polls napping 0.5 us): int2_decode row_merge (each merge program waits for
 # its own row's split programs, counted per sequence and head tile, instead of the whole split
 # launch; session 20's next step 3). First its GPU tests (a merge that read early or counts left
