@@ -73,6 +73,13 @@ VO_ASM_2 = tl.constexpr(_asm(_VO_ASM, 2))
 VO_ASM_3 = tl.constexpr(_asm(_VO_ASM, 3))
 
 
+@triton.constexpr_function
+def lifted(g, W, G):
+    """Whether group g's K dots take planes 2 and 3 lifted, as 16 * the codes (k_codes): the group
+    holds no plane 0 or 1 (g G >= 2W) and lies within planes 2-3 (G <= 2W)."""
+    return G <= 2 * W and g * G >= 2 * W
+
+
 @triton.jit
 def k_codes(kbytes, P: tl.constexpr, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr, FAST: tl.constexpr):
     """Plane P of K's code bytes [N, W] uint8, for group g's dot -> int8 [N, W]: the codes, or
@@ -83,12 +90,12 @@ def k_codes(kbytes, P: tl.constexpr, g: tl.constexpr, W: tl.constexpr, G: tl.con
         elif P == 1:
             asm: tl.constexpr = K8_ASM_1
         elif P == 2:
-            if G <= 2 * W and g * G >= 2 * W:
+            if lifted(g, W, G):
                 asm: tl.constexpr = K8_ASM_2L
             else:
                 asm: tl.constexpr = K8_ASM_2
         else:
-            if G <= 2 * W and g * G >= 2 * W:
+            if lifted(g, W, G):
                 asm: tl.constexpr = K8_ASM_3L
             else:
                 asm: tl.constexpr = K8_ASM_3
@@ -267,8 +274,8 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q
                         qp = tl.where(_in_group(P * W + kcols, g, G)[None, :], qp, 0)
                     dg = tl.dot(k_codes(kbytes, P, g, W, G, FAST), tl.trans(qp), dg, out_dtype=tl.int32)
         ks = column(k_scale, g, NG, N)
-        if FAST and G <= 2 * W and g * G >= 2 * W:      # lifted (k_codes)
-            ks = ks * 0.0625            # the codes came in as 16 * code
+        if FAST and lifted(g, W, G):
+            ks = ks * 0.0625            # the codes came in as 16 * code (k_codes)
         if g == 0:
             sT = ks[:, None] * dg.to(tl.float32)
         else:
