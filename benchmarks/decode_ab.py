@@ -162,7 +162,7 @@ def main():
                     except Exception as exc:  # noqa: BLE001 - a sweep: report and go on
                         log(f"    {name}: {str(exc).splitlines()[0][:160]}")
                         errs[name] = float("nan")
-                timed = time_abba(timer, {name: calls[name] for name, *_ in sides if name in calls}, args.iters)
+                timed = time_abba(timer, calls, args.iters)     # calls holds the sides in their order
                 for name, fn, splits, kw in sides:
                     us = statistics.mean(timed[name]) if name in timed else float("nan")
                     err = errs.get(name, float("nan"))

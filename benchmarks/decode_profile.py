@@ -30,8 +30,6 @@ def main():
     args = ap.parse_args()
     launch = int2_decode
     if args.floor:
-        import pathlib
-        import tempfile
         from benchmarks.decode_floor import floor_package
         launch = floor_package().int2_decode
     Hq, Hkv, D = map(int, args.config.split("/"))
