@@ -12,6 +12,7 @@ from aphrodite_int2kv.int2 import reference as R_  # where a test's own variable
 from aphrodite_int2kv.int2.format import SlotLayout, rotate_odd_slots
 from aphrodite_int2kv.int2.rotation import hadamard
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, partial_slots
+from aphrodite_int2kv.kernels.limits import device_limits
 from aphrodite_int2kv.kernels.prefill import int2_prefill
 from aphrodite_int2kv.kernels.store import int2_store
 from aphrodite_int2kv_tests.conftest import DEVICE
@@ -293,8 +294,10 @@ def test_decode_with_the_engine_launch_config(D, G, Hq, Hkv, batch, fold):
     """The launch shape the engine uses (one-warp programs, 8-row head tiles, many splits, so some
     splits are empty at these lengths; block-table entries a tile ahead where it picks them) against
     the reference, in bf16 as the engine runs it, with either tile."""
-    # the H200's 132 multiprocessors on the GPU; fewer under the (serial) interpreter
-    cfg = decode_launch_config(batch, Hkv, Hq // Hkv, D, num_sms=132 if ON_GPU else 8, fold=fold)
+    # the GPU's own limits (or those APHRODITE_INT2KV_DEVICE_LIMITS names); fewer multiprocessors
+    # under the (serial) interpreter
+    limits = device_limits(DEVICE)
+    cfg = decode_launch_config(batch, Hkv, Hq // Hkv, D, num_sms=None if ON_GPU else 8, fold=fold, limits=limits)
     assert cfg.num_splits > 1
     L = SlotLayout(D, G)
     seq_lens = [300, 17, 1, 64, 129][:batch]
@@ -565,6 +568,27 @@ def test_prefill_matches_reference(D, G, Hq, Hkv, BS, prefixes, chunks):
     out = int2_prefill(q, k, v, cache, bt, qsl, sl, max(chunks), L, D ** -0.5, block_m=32, block_n=32)
     ref = R.prefill_reference(q, k, v, cache, bt, qsl, sl, L, D ** -0.5)
     torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("D,G", [(64, 32), (128, 64), (256, 64)])
+def test_prefill_in_the_planned_launch_matches_reference(D, G):
+    """The tiles and stages prefill_launch_config picks for this device (or for the GPU that
+    APHRODITE_INT2KV_DEVICE_LIMITS names: the smaller parts' launches, run on a large GPU), in bf16
+    as the engine runs it, with a prefix longer than one tile and a chunk longer than one block."""
+    from aphrodite_int2kv.kernels.prefill import prefill_launch_config
+
+    L = SlotLayout(D, G)
+    prefixes, chunks = [70, 0], [100, 40]
+    total = [p + c for p, c in zip(prefixes, chunks)]
+    cache, bt, _ = paged_cache(L, total, 2, 16)
+    T = sum(chunks)
+    q, k, v = (torch.randn(T, h, D, device=DEVICE).to(torch.bfloat16) for h in (8, 2, 2))
+    qsl = torch.tensor([0] + list(torch.tensor(chunks).cumsum(0)), dtype=torch.int32, device=DEVICE)
+    sl = torch.tensor(total, dtype=torch.int32, device=DEVICE)
+    plan = prefill_launch_config(D, device_limits(DEVICE))
+    out = int2_prefill(q, k, v, cache, bt, qsl, sl, max(chunks), L, D ** -0.5)
+    ref = R.prefill_reference(q.float(), k.float(), v.float(), cache, bt, qsl, sl, L, D ** -0.5)
+    torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0, msg=lambda m: f"{plan}: {m}")
 
 
 @pytest.mark.parametrize("S", [1, 4, 20])

@@ -32,6 +32,8 @@ def add_parser(sub):
                         "16 there): each window's offset is the mean of its first N keys as int2 reads them back, "
                         "those N stored uncentered; 0 = off")
     p.add_argument("--json", default=None, help="write the rows (a JSON list) here")
+    from aphrodite_int2kv.quality.engine_eval import add_arguments
+    add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -97,6 +99,9 @@ def print_table(rows):
 
 
 def run(args) -> int:
+    if args.engine:
+        from aphrodite_int2kv.quality.engine_eval import run_engine
+        return run_engine(args)
     from aphrodite_int2kv.quality.schemes import Scheme, standard_schemes
 
     if args.schemes == "standard":

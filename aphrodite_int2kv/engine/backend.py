@@ -9,7 +9,6 @@ Queries are rotated into K's basis before the kernels, outputs rotated back out 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 import weakref
 from typing import ClassVar
@@ -26,6 +25,7 @@ from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout,
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
+from aphrodite_int2kv.kernels.limits import device_limits
 from aphrodite_int2kv.kernels.prefill import int2_prefill
 from aphrodite_int2kv.kernels.centers import sequence_centers
 from aphrodite_int2kv.kernels.store import Centering, int2_store, window_store
@@ -240,13 +240,6 @@ def _tp() -> tuple[int, int]:
         return get_tensor_model_parallel_rank(), get_tensor_model_parallel_world_size()
     except Exception:
         return 0, 1
-
-
-@functools.lru_cache(maxsize=None)
-def _num_sms(device: torch.device) -> int:
-    if device.type != "cuda":
-        return 132
-    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def token_requests(query_start_loc, n: int) -> torch.Tensor:
@@ -567,7 +560,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         if m.num_decodes:
             # The launch shape depends on the batch only, so CUDA-graph capture and replay match.
             cfg = decode_launch_config(m.num_decodes, self.num_kv_heads, self.num_heads // self.num_kv_heads,
-                                       self.head_size, _num_sms(query.device), fold=self.opts.fold_decode)
+                                       self.head_size, fold=self.opts.fold_decode,
+                                       limits=device_limits(query.device), group_size=self.layout.group_size)
             int2_decode(q[:nd], cache, m.block_table[:m.num_decodes], m.seq_lens[:m.num_decodes],
                         self.layout, self.scale, cfg.num_splits, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max,
                         **cfg.kwargs(), sinks=sinks,

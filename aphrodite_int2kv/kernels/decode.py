@@ -35,11 +35,12 @@ import triton
 import triton.language as tl
 from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
-from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
+from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout, default_group_size, slot_bytes
 from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.common import (LOG2E, empty_state, group_heads, int2_span, next_page, query_dot_center,
                                              query_planes, window_span)
 from aphrodite_int2kv.kernels.folded import folded_span, query_codes, store_partial_pairs
+from aphrodite_int2kv.kernels.limits import H200, DeviceLimits, device_limits
 
 
 # Integer arguments that follow the batch size (split and slot counts) or the configuration are
@@ -442,20 +443,42 @@ class DecodeLaunch:
                     merge_split=self.merge_split, merge_warps=self.merge_warps)
 
 
-def programs_per_sm(head_dim: int, block_h: int, fold: bool) -> int:
-    """Split programs per multiprocessor: whole waves of the one-warp programs that fit at the
-    tile's register count (sm_90, 64K registers: 255 -> 8, 168 -> 12, 127 -> 16). The folded 8-head
-    tile at head_dim 128 runs one wave of 12: since the programs share the batch's tiles evenly
-    (session 12), a second wave no longer balances ragged lengths, and one wave was 2-9 % faster at
-    4K-32K, batch 8-32 (1-2 % slower at 128K, batch 32-64; session12/decode_ab_chunk_*.json).
-    Registers from `benchmarks/sass_report.py` (triton 3.6.0); the folded tile at head_dim 128 with
-    8 query heads per tile takes 168 (session 11: V read as 16-bit words, P.V transposed), the
-    per-code tile and 16-head tiles 255; head_dim 64 takes 127 (one wave of 16, not timed)."""
+# The split tile's registers per thread on sm_90 (benchmarks/sass_report.py, triton 3.6.0) and how
+# many waves of resident programs its grid holds: the folded 8-head tile at head_dim 128 takes 168
+# (capped: decode_launch_config), the per-code tile and 16-head tiles 255, head_dim 64 127. One wave
+# where the programs share the batch's tiles evenly (a second no longer balances ragged lengths: one
+# wave was 2-9 % faster at 4K-32K, batch 8-32, 1-2 % slower at 128K, batch 32-64); two for the
+# 255-register tiles at head_dim 128, as tuned. The ahead-of-time check (aot.py) compiles each tile
+# for every target GPU and fails where one takes more registers than planned here.
+def split_registers(head_dim: int, block_h: int, fold: bool) -> tuple[int, int]:
+    """(registers per thread, waves) of the split launch's one-warp programs."""
     if head_dim <= 64:
-        return 16
+        return 127, 1
     if head_dim <= 128:
-        return 12 if fold and block_h <= 8 else 16
-    return 8
+        return (168, 1) if fold and block_h <= 8 else (255, 2)
+    return 255, 1
+
+
+def split_shared(head_dim: int, group_size: int, block_n: int, num_stages: int) -> int:
+    """Shared memory of one split program: its pipelined tiles of slots (the ahead-of-time check
+    fails where a compiled tile takes more)."""
+    return num_stages * block_n * slot_bytes(head_dim, group_size)
+
+
+def split_block_n(head_dim: int) -> int:
+    """Tokens per split tile: 64 at head_dim <= 128, 32 at 256 (decode_launch_config)."""
+    return 64 if head_dim <= 128 else 32
+
+
+def programs_per_sm(head_dim: int, block_h: int, fold: bool, limits: DeviceLimits = H200,
+                    group_size: int | None = None, block_n: int | None = None, num_stages: int = 3) -> int:
+    """Split programs per multiprocessor: `waves` whole waves of the one-warp programs resident at
+    once on `limits`' GPU, by registers (split_registers) and shared memory (split_shared). On the
+    H200: 16 at head_dim 64, 12 for the folded 8-head tile at 128 (16 otherwise), 8 at 256."""
+    regs, waves = split_registers(head_dim, block_h, fold)
+    smem = split_shared(head_dim, group_size or default_group_size(head_dim), block_n or split_block_n(head_dim),
+                        num_stages)
+    return waves * limits.resident(regs, 1, smem)
 
 
 # Split launches whose shares average at most this many positions (and at least 32) deal and read
@@ -468,7 +491,8 @@ SHORT_SHARE = 768
 
 @functools.lru_cache(maxsize=1024)      # called per layer and step with a handful of distinct shapes
 def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: int,
-                         num_sms: int = 132, max_seq_len: int | None = None, fold: bool = True) -> DecodeLaunch:
+                         num_sms: int | None = None, max_seq_len: int | None = None, fold: bool = True,
+                         limits: DeviceLimits = H200, group_size: int | None = None) -> DecodeLaunch:
     """Launch shape of the split-KV decode, from the H200 sweeps in benchmarks/results/
     (decode_tune_h200.log, session6/decode_tune_h200.log): one-warp programs (no cross-warp
     softmax reductions) of 64 tokens at head_dim <= 128, of 32 tokens at head_dim 256 (17 % faster
@@ -486,7 +510,9 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     block_h = block_h_for(ratio)
     tiles = -(-ratio // block_h)
     programs_per_split = max(1, batch * num_kv_heads * tiles)
-    per_sm = programs_per_sm(head_dim, block_h, fold)
+    block_n = split_block_n(head_dim)
+    per_sm = programs_per_sm(head_dim, block_h, fold, limits, group_size, block_n, 3)
+    num_sms = limits.num_sms if num_sms is None else num_sms
     splits = per_sm * num_sms // programs_per_split
     if max_seq_len is not None:
         splits = min(splits, max(1, max_seq_len // 256))
@@ -513,8 +539,8 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
         # short shares in tiles of 32 (int2_decode short_n): at 32K, batch 8 the programs hold
         # 10.45 tiles of 64 on average and the wave waits for those with 11 (SHORT_SHARE)
         short = dict(short_n=32, short_units=SHORT_SHARE // 32) if fold else {}
-        return DecodeLaunch(splits, 64, 1, 3, block_h, table_ahead, fold, cap, chain_tail, **short, **merge)
-    return DecodeLaunch(splits, 32, 1, 3, block_h, table_ahead, fold, None, chain_tail, **merge)
+        return DecodeLaunch(splits, block_n, 1, 3, block_h, table_ahead, fold, cap, chain_tail, **short, **merge)
+    return DecodeLaunch(splits, block_n, 1, 3, block_h, table_ahead, fold, None, chain_tail, **merge)
 
 
 TAIL_N = 32     # window tokens per tail program (and the sinks' tile)
@@ -578,7 +604,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
                 _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
                 chain_tail: bool = False, short_n: int = 0, short_units: int = 0,
-                merge_split: int = 1, merge_warps: int = 4) -> torch.Tensor:
+                merge_split: int = 1, merge_warps: int = 4, limits: DeviceLimits | None = None) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -598,7 +624,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     tile (each code dequantized before its dot).
     `table_ahead`: the split loop loads each tile's block-table entries an iteration early, which
     lets Triton's pipeliner keep a tile's copies in flight (decode_launch_config says when it pays).
-    On sm_90+ GPUs the merge is launched as the split launch's programmatic dependent (it starts as
+    On GPUs whose `limits` (default: q_rot's device's) allow dependent launches the merge is launched as the split launch's programmatic dependent (it starts as
     the split programs finish and waits for them before reading their results); `chain_tail`: the
     split launch, too, as the tail launch's (with a window or sinks; decode_launch_config says when).
     `short_n` > 0 (a divisor of block_n, >= 16): where the programs' shares would average 1 to
@@ -650,8 +676,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     # Programmatic dependent launches (sm_90+; not under the interpreter): [tail ->] split -> merge,
     # each launch starting while the one before finishes, each waiting for it where it must
     # (gdc_wait: the merge before reading partial results, a chained split at its end)
-    pdl = not interpreting() and q_rot.is_cuda and \
-        torch.cuda.get_device_capability(q_rot.device)[0] >= 9
+    pdl = not interpreting() and (limits or device_limits(q_rot.device)).pdl
     chain = pdl and bool(chain_tail) and bool(tail_programs)
     lv = LLOYD_MAX_LEVELS
     levels = dict(LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3])

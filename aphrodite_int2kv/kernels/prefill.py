@@ -9,14 +9,19 @@ Inputs and output are in the rotated basis.
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
+
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.errors import OutOfResources
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels.common import LOG2E, empty_state, int2_span, query_dot_center, softmax_step, window_span
 from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.decode import _window_args, center_args, dot_dtype
+from aphrodite_int2kv.kernels.limits import DeviceLimits, device_limits
 
 
 # The engine passes its per-request tensors sliced after the decodes (seq_lens[num_decodes:], ...):
@@ -118,15 +123,59 @@ def _int2_prefill_kernel(
     tl.store(o_rows + 3 * W, (acc3 * inv_l[:, None]).to(ty), mask=rmask[:, None])
 
 
+@dataclasses.dataclass(frozen=True)
+class PrefillLaunch:
+    block_m: int
+    block_n: int
+    num_stages: int
+    num_warps: int = 4
+
+
+# Launches in order of preference: the H200's (64 x 64 tiles, 3 stages) first, then smaller ones
+# for GPUs with less shared memory per block (99 KB on sm_86 / 89 / 120). SHARED holds the bytes
+# each takes per block at head_dim 64 / 128 / 256, for Hopper (whose tensor-core dots read their
+# operands from shared memory) and for the other targets (the largest of sm_80 / 86 / 89 / 120):
+# triton 3.9.0, `python -m aphrodite_int2kv.kernels.aot`, which fails where a compiled kernel
+# takes more than listed here.
+PREFILL_LAUNCHES = (PrefillLaunch(64, 64, 3), PrefillLaunch(64, 32, 3), PrefillLaunch(32, 32, 3),
+                    PrefillLaunch(32, 32, 2), PrefillLaunch(16, 32, 2))
+KB = 1024
+SHARED = {   # (hopper, head_dim) -> bytes per block of each PREFILL_LAUNCHES entry
+    (True, 64): (42 * KB, 25 * KB, 20 * KB, 12 * KB, 10 * KB),
+    (False, 64): (40 * KB, 24 * KB, 20 * KB, 12 * KB, 10 * KB),
+    (True, 128): (84 * KB, 50 * KB, 40 * KB, 24 * KB, 21 * KB),
+    (False, 128): (80 * KB, 48 * KB, 40 * KB, 24 * KB, 21 * KB),
+    (True, 256): (168 * KB, 100 * KB, 82 * KB, 50 * KB, 41 * KB),
+    (False, 256): (160 * KB, 96 * KB, 82 * KB, 50 * KB, 41 * KB),
+}
+_TOO_BIG: set = set()     # (device name, head_dim, launch) that raised OutOfResources here
+
+
+def prefill_shared(head_dim: int, launch: PrefillLaunch, limits: DeviceLimits) -> int:
+    return SHARED[(limits.capability[0] == 9, head_dim)][PREFILL_LAUNCHES.index(launch)]
+
+
+def prefill_launch_config(head_dim: int, limits: DeviceLimits) -> PrefillLaunch:
+    """The first of PREFILL_LAUNCHES that fits `limits`' shared memory per block at head_dim."""
+    for launch in PREFILL_LAUNCHES:
+        if prefill_shared(head_dim, launch, limits) <= limits.smem_per_block and \
+                (limits.name, head_dim, launch) not in _TOO_BIG:
+            return launch
+    raise ValueError(f"int2 prefill: no launch fits {limits.name}'s {limits.smem_per_block} bytes of shared "
+                     f"memory per block at head_dim {head_dim}")
+
+
 def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, seq_lens,
                  max_query_len: int, layout: SlotLayout, sm_scale: float, out=None,
-                 lloyd_max: bool = False, block_m: int = 64, block_n: int = 64,
-                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None):
+                 lloyd_max: bool = False, block_m: int | None = None, block_n: int | None = None,
+                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None,
+                 limits: DeviceLimits | None = None, num_stages: int | None = None):
     """q_rot [T, Hq, D], k_rot/v_rot [T, Hkv, D] (the chunk, rotated) -> out [T, Hq, D] (rotated).
     K centering: prefix positions < sinks hold uncentered keys (int2 and window); q . c is
     subtracted from their scores, c from `k_center` (fp32 [B, Hkv, D] per sequence, or [Hkv, D]);
     the chunk's own keys come in centered.
-    Recent window (as in int2_decode): prefix positions >= prefix_len - (R - 1) are read from it."""
+    Recent window (as in int2_decode): prefix positions >= prefix_len - (R - 1) are read from it.
+    Tiles and stages: prefill_launch_config for `limits` (default: q_rot's device's), unless given."""
     T, Hq, D = q_rot.shape
     Hkv = k_rot.shape[1]
     if Hq % Hkv:
@@ -137,8 +186,30 @@ def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, se
     B = seq_lens.shape[0]
     if T == 0 or B == 0:
         return out
+    limits = limits or device_limits(q_rot.device)
+    explicit = block_m is not None or block_n is not None or num_stages is not None
+    while True:
+        plan = prefill_launch_config(D, limits)
+        launch = PrefillLaunch(block_m or plan.block_m, block_n or plan.block_n, num_stages or plan.num_stages)
+        try:
+            _launch_prefill(launch, q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, seq_lens,
+                            max_query_len, layout, sm_scale, out, lloyd_max, k_center, sinks, window, Hq, Hkv, B)
+            break
+        except OutOfResources as exc:
+            # SHARED was measured with another Triton: remember, warn once, take the next launch
+            if explicit:
+                raise
+            _TOO_BIG.add((limits.name, D, plan))
+            warnings.warn(f"int2 prefill: the {plan} launch does not fit {limits.name} ({exc}); "
+                          "using a smaller one", RuntimeWarning, stacklevel=2)
+    return out
+
+
+def _launch_prefill(launch, q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, seq_lens, max_query_len,
+                    layout, sm_scale, out, lloyd_max, k_center, sinks, window, Hq, Hkv, B):
+    D = q_rot.shape[2]
     lv = LLOYD_MAX_LEVELS
-    grid = (triton.cdiv(max_query_len, block_m), Hq, B)
+    grid = (triton.cdiv(max_query_len, launch.block_m), Hq, B)
     _int2_prefill_kernel[grid](
         q_rot, q_rot.stride(0), q_rot.stride(1),
         k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
@@ -150,11 +221,10 @@ def int2_prefill(q_rot, k_rot, v_rot, kv_cache, block_table, query_start_loc, se
         *center_args(k_center, sinks, B, Hkv, D, q_rot, "prefill"),
         *_window_args(window, q_rot),
         BLOCK_SIZE=kv_cache.shape[1], D=D, G=layout.group_size, RATIO=Hq // Hkv,
-        BLOCK_M=block_m, BLOCK_N=block_n,
+        BLOCK_M=launch.block_m, BLOCK_N=launch.block_n,
         OFF_V=layout.v_codes, OFF_KS=layout.k_scale, OFF_KZ=layout.k_zero,
         OFF_VS=layout.v_scale, OFF_VZ=layout.v_zero, ODD_SHIFT=layout.odd_shift,
         LLOYD=bool(lloyd_max), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3],
         DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(), SINKS=int(sinks), WINDOW=int(window[3]) if window else 0,
-        WBS=window[0].shape[1] if window else 16, num_warps=4,
+        WBS=window[0].shape[1] if window else 16, num_warps=launch.num_warps, num_stages=launch.num_stages,
     )
-    return out

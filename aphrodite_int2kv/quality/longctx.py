@@ -44,6 +44,20 @@ def position_items(n: int, keys: int, filler: int, seed: int = 1):
     return items
 
 
+def order_items(n: int, keys: int, filler: int, seed: int = 2):
+    """Several 'The visitor was the <color> <animal>.' facts spread through filler text; ask for
+    all of them in the order they appeared (scored as the whole list, in order)."""
+    rng = random.Random(seed)
+    pad = ("The bell rang twice and the road stayed empty until the evening train came in. " * filler).strip()
+    items = []
+    for _ in range(n):
+        animals = rng.sample(ANIMALS, keys)
+        text = "\n".join(f"{pad}\nThe next visitor was the {a}." for a in animals)
+        items.append(("order", f"{text}\n\nQuestion: list the visitors in the order they came.\n"
+                               f"Answer: The visitors were the", ", ".join(animals)))
+    return items
+
+
 @torch.no_grad()
 def answer(cfg, sd, tok, prompt: str, attention, max_new: int = 6) -> str:
     from aphrodite_int2kv.quality import smollm

@@ -1,0 +1,326 @@
+"""``aphrodite-int2kv eval --engine``: a real model through the real engine on a GPU, one process per
+KV-cache dtype, the same prompts for each: perplexity from prompt logprobs (small prefill chunks, so
+most tokens attend to the cached prefix as decode does), greedy agreement with bf16, and the
+long-context set (longctx.py) scored on the final answer. See docs/quality.md.
+
+The model is SmolLM2-135M-Instruct's GGUF (assets.py), dequantized once into a plain Llama
+checkpoint (bf16 safetensors, `hf_checkpoint`) that the engine loads like any Hugging Face model:
+its own GGUF path is not what we measure. Token ids go in and come out (no tokenizer in the
+engine), tokenized here with the GGUF's own vocabulary.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+
+# label -> (--kv-cache-dtype, extra environment)
+CONFIGS = {
+    "bf16": ("auto", {}),
+    "fp8": ("fp8", {}),
+    "int2": ("int2", {}),
+    "int2-no-window": ("int2", {"APHRODITE_INT2KV_RECENT_WINDOW": "0"}),
+}
+HF_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
+            "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
+            "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
+            "ffn_down": "mlp.down_proj"}
+
+
+# ---- the checkpoint ---------------------------------------------------------------------------
+
+def hf_name(gguf_name: str) -> str:
+    """GGUF tensor name -> the Hugging Face Llama name."""
+    if gguf_name == "token_embd.weight":
+        return "model.embed_tokens.weight"
+    if gguf_name == "output_norm.weight":
+        return "model.norm.weight"
+    if gguf_name == "output.weight":
+        return "lm_head.weight"
+    m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.weight", gguf_name)
+    if not m or m.group(2) not in HF_NAMES:
+        raise ValueError(f"unexpected GGUF tensor {gguf_name!r}")
+    return f"model.layers.{m.group(1)}.{HF_NAMES[m.group(2)]}.weight"
+
+
+def hf_checkpoint(gguf_path: str, out_dir: str, max_len: int = 8192):
+    """Write out_dir/{config.json, model.safetensors} (bf16) from the GGUF; returns the tokenizer."""
+    import torch
+    from safetensors.torch import save_file
+
+    from aphrodite_int2kv.quality import smollm
+
+    cfg, sd, tok = smollm.load(gguf_path)
+    os.makedirs(out_dir, exist_ok=True)
+    tensors = {hf_name(k): v.to(torch.bfloat16).contiguous() for k, v in sd.items()}
+    vocab, hidden = tensors["model.embed_tokens.weight"].shape
+    config = {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": hidden,
+        "intermediate_size": tensors["model.layers.0.mlp.gate_proj.weight"].shape[0],
+        "num_attention_heads": cfg.n_heads, "num_key_value_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim,
+        "num_hidden_layers": cfg.n_layers, "rms_norm_eps": cfg.eps, "rope_theta": cfg.rope_theta,
+        "vocab_size": vocab, "max_position_embeddings": max_len, "tie_word_embeddings": "lm_head.weight" not in tensors,
+        "hidden_act": "silu", "torch_dtype": "bfloat16", "bos_token_id": 1, "eos_token_id": 2,
+    }
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"))
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(config, f, indent=1)
+    return tok
+
+
+# ---- what each process is asked -----------------------------------------------------------------
+
+def make_plan(tok, text: str, windows: int = 4, tokens: int = 1024, start: int = 78003,
+              greedy_prompts: int = 4, greedy_tokens: int = 256, longctx_items: int = 10) -> dict:
+    """Token ids for every measurement (the same for every dtype)."""
+    from aphrodite_int2kv.quality import longctx
+
+    ids = tok.encode(text).ids
+    start = min(start, max(0, len(ids) - windows * tokens))
+    ppl = [ids[start + w * tokens: start + (w + 1) * tokens] for w in range(windows)]
+    # greedy prompts: 512 tokens of the text right after the perplexity windows
+    g0 = start + windows * tokens
+    greedy = [ids[g0 + i * 512: g0 + (i + 1) * 512] for i in range(greedy_prompts)]
+    items = (longctx.needle_items(longctx_items, 40) + longctx.position_items(longctx_items, 6, 40)
+             + longctx.order_items(longctx_items, 5, 30))
+    return {"ppl": ppl, "greedy": greedy, "greedy_tokens": greedy_tokens,
+            "longctx": [{"kind": k, "prompt": tok.encode(p).ids, "answer": a} for k, p, a in items]}
+
+
+# ---- scoring (pure functions: tested on CPU) -------------------------------------------------------
+
+def perplexity(logprobs: list[list[float]], late_from: int | None = None) -> float:
+    """exp(mean NLL) over every window's predicted tokens (positions >= late_from only, if given).
+    logprobs[w][i] is the log-prob of token i + 1 of window w."""
+    vals = [lp for win in logprobs for i, lp in enumerate(win) if late_from is None or i + 1 >= late_from]
+    if not vals:
+        raise ValueError("perplexity: no token to score")
+    if any(math.isnan(v) for v in vals):
+        return float("nan")
+    return math.exp(-sum(vals) / len(vals))
+
+
+def first_divergence(ref: list[int], other: list[int]) -> int:
+    """Tokens the two greedy continuations share before they first differ."""
+    n = 0
+    for a, b in zip(ref, other):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def extract_answer(text: str) -> str:
+    """The final answer: the first number in the continuation, or its first line's words for the
+    ordered-list items (scored as a comma-separated list)."""
+    m = re.search(r"\d+", text)
+    if m:
+        return m.group(0)
+    line = text.strip().split("\n", 1)[0]
+    return ", ".join(w for w in re.findall(r"[a-z]+", line.lower()))
+
+
+def score_answer(kind: str, got: str, want: str) -> bool:
+    if kind == "order":      # every item, in order: the list as given, nothing before it
+        return got.split(", ")[:len(want.split(", "))] == want.split(", ")
+    return got == want
+
+
+def summarize(results: dict, late_from: int) -> list[dict]:
+    """One row per dtype: PPL (all / late half) and its change against bf16, greedy agreement, the
+    long-context answers (right, and equal to bf16's)."""
+    ref = results.get("bf16")
+    rows = []
+    for label, r in results.items():
+        row = {"kv": label, "error": r.get("error")}
+        if r.get("error"):
+            rows.append(row)
+            continue
+        row["ppl"] = perplexity(r["ppl"])
+        row["ppl_late"] = perplexity(r["ppl"], late_from)
+        if ref and not ref.get("error"):
+            base, base_late = perplexity(ref["ppl"]), perplexity(ref["ppl"], late_from)
+            row["ppl_delta"] = row["ppl"] / base - 1
+            row["ppl_late_delta"] = row["ppl_late"] / base_late - 1
+            pairs = list(zip(ref["greedy"], r["greedy"]))
+            row["agree_tokens"] = [first_divergence(a, b) for a, b in pairs]
+            if r.get("forced") is not None and label != "bf16":
+                gaps = [sum(x - y for x, y in zip(a, b)) / max(1, len(a)) for a, b in zip(ref["greedy_lp"], r["forced"])]
+                row["logprob_gap"] = sum(gaps) / max(1, len(gaps))
+            same = [a == b for a, b in zip(ref["answers"], r["answers"])]
+            row["answers_equal_bf16"] = sum(same) / max(1, len(same))
+        right = [score_answer(k, a, w) for k, a, w in zip(r["kinds"], r["answers"], r["wanted"])]
+        row["answers_right"] = sum(right) / max(1, len(right))
+        row["items"] = len(right)
+        rows.append(row)
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    def pct(x):
+        return "" if x is None else f"{100 * x:+.1f} %"
+
+    def num(x, fmt):
+        return "" if x is None else format(x, fmt)
+
+    out = ["| KV cache | PPL | Δ | PPL late half | Δ | greedy tokens equal to bf16 (per prompt) | "
+           "log-prob gap | long-context right | answers = bf16 |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r.get("error"):
+            out.append(f"| {r['kv']} | error: {r['error'][:80]} | | | | | | | |")
+            continue
+        equal = r.get("answers_equal_bf16")
+        out.append(f"| {r['kv']} | {r['ppl']:.2f} | {pct(r.get('ppl_delta'))} | {r['ppl_late']:.2f} | "
+                   f"{pct(r.get('ppl_late_delta'))} | {', '.join(map(str, r.get('agree_tokens', [])))} | "
+                   f"{num(r.get('logprob_gap'), '.3f')} | {100 * r['answers_right']:.0f} % of {r['items']} | "
+                   f"{'' if equal is None else f'{100 * equal:.0f} %'} |")
+    return "\n".join(out)
+
+
+# ---- one dtype, in its own process --------------------------------------------------------------
+
+def worker(model_dir: str, kv_dtype: str, plan: dict, ref: dict | None, chunk: int, graphs: bool) -> dict:
+    from aphrodite import LLM, SamplingParams
+
+    from aphrodite.inputs import TokensPrompt
+
+    kw = dict(model=model_dir, skip_tokenizer_init=True, dtype="bfloat16", kv_cache_dtype=kv_dtype,
+              max_model_len=8192, max_num_batched_tokens=chunk, enable_chunked_prefill=True,
+              enable_prefix_caching=False, gpu_memory_utilization=0.5, enforce_eager=not graphs, seed=0,
+              max_num_seqs=16)
+    if kv_dtype != "int2":      # the engine's Triton backend (FlashAttention is not on every install)
+        kw["attention_config"] = {"backend": "TRITON_ATTN"}
+    llm = LLM(**kw)
+
+    def prompts(seqs):
+        return [TokensPrompt(prompt_token_ids=list(s)) for s in seqs]
+
+    res = {}
+    # perplexity: log-prob of each window's tokens 1.. given what precedes them
+    outs = llm.generate(prompts(plan["ppl"]), SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False),
+                        use_tqdm=False)
+    res["ppl"] = [[_lp(d, t) for d, t in zip(o.prompt_logprobs[1:], w[1:])] for o, w in zip(outs, plan["ppl"])]
+    # greedy continuations (and, for bf16, their log-probs)
+    g = SamplingParams(temperature=0.0, max_tokens=plan["greedy_tokens"], ignore_eos=True, logprobs=0,
+                       detokenize=False)
+    outs = llm.generate(prompts(plan["greedy"]), g, use_tqdm=False)
+    res["greedy"] = [list(o.outputs[0].token_ids) for o in outs]
+    res["greedy_lp"] = [[_lp(d, t) for d, t in zip(o.outputs[0].logprobs, o.outputs[0].token_ids)] for o in outs]
+    # bf16's continuation under this cache: the log-probs it gives the same tokens
+    if ref is not None:
+        seqs = [p + c for p, c in zip(plan["greedy"], ref["greedy"])]
+        outs = llm.generate(prompts(seqs), SamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False),
+                            use_tqdm=False)
+        res["forced"] = [[_lp(d, t) for d, t in zip(o.prompt_logprobs[len(p):], s[len(p):])]
+                         for o, p, s in zip(outs, plan["greedy"], seqs)]
+    else:
+        res["forced"] = None
+    items = plan["longctx"]
+    outs = llm.generate(prompts([it["prompt"] for it in items]),
+                        SamplingParams(temperature=0.0, max_tokens=24, detokenize=False), use_tqdm=False)
+    res["answer_ids"] = [list(o.outputs[0].token_ids) for o in outs]
+    return res
+
+
+def _lp(d, token) -> float:
+    """The log-prob of `token` in one position's {token id: Logprob} (NaN where the engine gave none)."""
+    if d is None or token not in d:
+        return float("nan")
+    v = d[token]
+    return float(getattr(v, "logprob", v))
+
+
+# ---- the driver ----------------------------------------------------------------------------------
+
+def add_arguments(p):
+    p.add_argument("--engine", action="store_true",
+                   help="run the real engine on the GPU, one process per KV dtype (this module)")
+    p.add_argument("--model-dir", default=None, help="where the Llama checkpoint is written (default: cache)")
+    p.add_argument("--kv", default=",".join(CONFIGS), help=f"dtypes to compare, of {', '.join(CONFIGS)}")
+    p.add_argument("--chunk", type=int, default=64, help="prefill chunk (max_num_batched_tokens)")
+    p.add_argument("--greedy-tokens", type=int, default=256)
+    p.add_argument("--items", type=int, default=10, help="long-context items per kind")
+    p.add_argument("--graphs", action="store_true", help="CUDA graphs (default: eager)")
+    p.add_argument("--markdown", default=None, help="write the table here")
+
+
+def run_engine(args) -> int:
+    from aphrodite_int2kv.quality import assets
+
+    labels = [s.strip() for s in args.kv.split(",") if s.strip()]
+    for s in labels:
+        if s not in CONFIGS:
+            raise SystemExit(f"--kv: {s!r} is not one of {', '.join(CONFIGS)}")
+    if labels[0] != "bf16":
+        raise SystemExit("--kv: bf16 must come first (the others are compared against it)")
+    work = args.model_dir or os.path.join(assets.cache_dir(), "smollm2-135m-llama")
+    t0 = time.time()
+    tok = hf_checkpoint(assets.model_path(), work)
+    with open(assets.text_path(args.text), encoding="utf-8") as f:
+        plan = make_plan(tok, f.read(), args.windows, args.tokens, args.start, greedy_tokens=args.greedy_tokens,
+                         longctx_items=args.items)
+    plan_path = os.path.join(work, "plan.json")
+    with open(plan_path, "w") as f:
+        json.dump(plan, f)
+    print(f"[eval --engine] checkpoint and plan in {time.time() - t0:.0f}s: {work}", file=sys.stderr, flush=True)
+    results = {}
+    for i, label in enumerate(labels):
+        dtype, env = CONFIGS[label]
+        out = os.path.join(work, f"result_{label}.json")
+        cmd = [sys.executable, "-m", "aphrodite_int2kv.quality.engine_eval", "worker", work, dtype, plan_path, out,
+               str(args.chunk), "1" if args.graphs else "0"]
+        if i:
+            cmd.append(os.path.join(work, "result_bf16.json"))
+        print(f"[{i + 1}/{len(labels)}] {label}: --kv-cache-dtype {dtype} {env or ''}", file=sys.stderr, flush=True)
+        t = time.time()
+        rc = subprocess.run(cmd, env={**os.environ, **env}).returncode
+        if rc or not os.path.exists(out):
+            results[label] = {"error": f"worker exited {rc}"}
+            continue
+        with open(out) as f:
+            r = json.load(f)
+        r["answers"] = [extract_answer(tok.decode(ids)) for ids in r.pop("answer_ids")]
+        r["kinds"] = [it["kind"] for it in plan["longctx"]]
+        r["wanted"] = [it["answer"] for it in plan["longctx"]]
+        r["seconds"] = round(time.time() - t, 1)
+        results[label] = r
+        print(f"    done in {r['seconds']}s", file=sys.stderr, flush=True)
+    rows = summarize(results, args.tokens // 2)
+    table = markdown(rows)
+    print(table)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": rows, "answers": {k: v.get("answers") for k, v in results.items()},
+                       "wanted": plan and [it["answer"] for it in plan["longctx"]],
+                       "settings": {"chunk": args.chunk, "windows": args.windows, "tokens": args.tokens,
+                                    "start": args.start, "text": args.text, "graphs": args.graphs}}, f, indent=1)
+    if args.markdown:
+        with open(args.markdown, "w") as f:
+            f.write(table + "\n")
+    return 0 if all(not r.get("error") for r in rows) else 1
+
+
+def _worker_main(argv):
+    model_dir, dtype, plan_path, out, chunk, graphs = argv[:6]
+    with open(plan_path) as f:
+        plan = json.load(f)
+    ref = None
+    if len(argv) > 6:
+        with open(argv[6]) as f:
+            ref = json.load(f)
+    res = worker(model_dir, dtype, plan, ref, int(chunk), graphs == "1")
+    with open(out, "w") as f:
+        json.dump(res, f)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["worker"]:
+        _worker_main(sys.argv[2:])
+    else:
+        raise SystemExit("use `aphrodite-int2kv eval --engine`")
