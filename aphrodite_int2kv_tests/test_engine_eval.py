@@ -1,0 +1,64 @@
+"""The engine-path eval's scoring (quality/engine_eval.py), on CPU: what the GPU run's table is made of."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from aphrodite_int2kv.quality import engine_eval as E
+from aphrodite_int2kv.quality.longctx import order_items
+
+
+def test_perplexity_and_its_late_half():
+    lps = [[-1.0, -2.0, -3.0], [-1.0, -1.0, -1.0]]
+    assert E.perplexity(lps) == pytest.approx(math.exp(9 / 6))
+    # positions 2.. of each window (token i + 1 for lps[w][i]): -2, -3, -1, -1
+    assert E.perplexity(lps, late_from=2) == pytest.approx(math.exp(7 / 4))
+    assert math.isnan(E.perplexity([[float("nan"), -1.0]]))      # a NaN is reported, never averaged away
+    with pytest.raises(ValueError):
+        E.perplexity([[]])
+
+
+def test_greedy_agreement_counts_tokens_before_the_first_difference():
+    assert E.first_divergence([1, 2, 3, 4], [1, 2, 9, 4]) == 2
+    assert E.first_divergence([1, 2], [1, 2]) == 2
+    assert E.first_divergence([5], [6]) == 0
+
+
+def test_answers_are_the_final_answer_only():
+    assert E.extract_answer(" 4821.\nQuestion: 1234") == "4821"
+    assert E.extract_answer(" fox, owl and the goat.\nThe next") == "fox, owl, and, the, goat"
+    assert E.score_answer("order", "fox, owl, goat, and", "fox, owl, goat")
+    assert not E.score_answer("order", "owl, fox, goat", "fox, owl, goat")
+    assert not E.score_answer("order", "fox, owl", "fox, owl, goat")
+    assert E.score_answer("needle", "4821", "4821") and not E.score_answer("needle", "4822", "4821")
+    kind, prompt, answer = order_items(1, 4, 2)[0]
+    assert kind == "order" and len(answer.split(", ")) == 4 and prompt.endswith("The visitors were the")
+    assert all(f"visitor was the {a}." in prompt for a in answer.split(", "))
+
+
+def test_summary_rows_compare_against_bf16():
+    ref = {"ppl": [[-1.0, -1.0]], "greedy": [[1, 2, 3]], "greedy_lp": [[-0.1, -0.2, -0.3]], "forced": None,
+           "answers": ["1", "2"], "kinds": ["needle", "position"], "wanted": ["1", "3"]}
+    other = {"ppl": [[-1.1, -1.3]], "greedy": [[1, 2, 4]], "forced": [[-0.2, -0.2, -0.6]],
+             "answers": ["1", "3"], "kinds": ["needle", "position"], "wanted": ["1", "3"]}
+    rows = E.summarize({"bf16": ref, "int2": other, "fp8": {"error": "worker exited 1"}}, late_from=2)
+    by = {r["kv"]: r for r in rows}
+    assert by["bf16"]["ppl_delta"] == 0 and by["bf16"]["answers_right"] == 0.5
+    assert by["int2"]["ppl_delta"] == pytest.approx(math.exp(1.2) / math.exp(1.0) - 1)
+    assert by["int2"]["ppl_late_delta"] == pytest.approx(math.exp(1.3) / math.exp(1.0) - 1)
+    assert by["int2"]["agree_tokens"] == [2]
+    assert by["int2"]["logprob_gap"] == pytest.approx((0.1 + 0.0 + 0.3) / 3)
+    assert by["int2"]["answers_equal_bf16"] == 0.5 and by["int2"]["answers_right"] == 1.0
+    assert by["fp8"]["error"]
+    table = E.markdown(rows)
+    assert "| int2 | 3.32 | +22.1 % |" in table and "error: worker exited 1" in table
+
+
+def test_gguf_names_map_onto_the_llama_checkpoint():
+    assert E.hf_name("token_embd.weight") == "model.embed_tokens.weight"
+    assert E.hf_name("blk.12.attn_k.weight") == "model.layers.12.self_attn.k_proj.weight"
+    assert E.hf_name("blk.0.ffn_down.weight") == "model.layers.0.mlp.down_proj.weight"
+    with pytest.raises(ValueError, match="unexpected GGUF tensor"):
+        E.hf_name("blk.0.attn_qkv.weight")
