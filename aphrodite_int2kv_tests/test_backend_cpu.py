@@ -1,6 +1,6 @@
 """The int2 attention impl (our engine glue: rotation, store, decode/prefill split, chunked-prefill
 continuation, un-rotation) on CPU through the interpreted kernels, against fp32 references; on the
-H200 the same tests run with real compilation (benchmarks/gpu/run_s10_final.sh)."""
+H200 the same tests run with real compilation (benchmarks/gpu_tests.sh runs the kernel tests; this file runs as it is)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from aphrodite_int2kv_tests.conftest import DEVICE
 
 D, HQ, HKV, BS = 64, 6, 2, 16
 # Under the interpreter every dot is fp32; on the GPU (run there with real compilation) the kernels'
-# dots take fp16 operands: differences up to 1.3e-3 were seen on the H200 (session 10, call 4).
+# dots take fp16 operands: differences up to 1.3e-3 were seen on the H200 .
 ATOL = 1e-4 if DEVICE == "cpu" else 5e-3
 
 
@@ -37,7 +37,7 @@ def engine_view(cache, layout="LBHNC"):
     impl: 0.21-0.23 as they are (the impl reads them heads first); 0.24 as the logical
     [blocks, Hkv, block_size, slot] view of its physical layout -- LBHNC, the one our backend asks
     for (the same bytes as 0.21's), or LBNHC (token-major) when another backend imposes it."""
-    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
 
     if shape_based_kv_api():
         return cache
@@ -99,7 +99,7 @@ def test_pages_are_heads_first(impl):
     decode program's tile is one run of bytes (on every engine version: 0.21-0.23 by our reading
     of the engine's [blocks, block_size, Hkv, slot] tensor, 0.24 by the LBHNC layout)."""
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
 
     layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
     L = SlotLayout(D, 32)
@@ -117,7 +117,7 @@ def test_pages_are_heads_first(impl):
 def test_prefill_then_mixed_decode_and_chunked_continuation(impl, layout):
     """Prefill, mixed decode + chunked prefill, in the pages as the engine hands them (0.24: both
     layouts our backend accepts; 0.21-0.23 have one, run once)."""
-    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
 
     if layout == "LBNHC" and shape_based_kv_api():
         pytest.skip("0.21-0.23 have no layout choice")

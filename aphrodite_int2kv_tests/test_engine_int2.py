@@ -109,7 +109,7 @@ def test_kv_page_is_int2_bytes(registered, monkeypatch, head_size, heads, G):
     monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", str(G))
     slot = SlotLayout(head_size, G).slot_bytes
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
 
     if shape_based_kv_api():   # 0.21-0.23: the wrapped Attention.get_kv_cache_spec
         from aphrodite.model_executor.layers.attention.attention import Attention
@@ -219,7 +219,7 @@ def test_hybrid_alignment_without_the_fix_sizes_int2_as_bytes(registered, tmp_pa
     from aphrodite.platforms.interface import Platform
 
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
 
     if not shape_based_kv_api():
         pytest.skip("0.24 sizes hybrid pages through the backend's customize_spec: no fix needed")
@@ -264,7 +264,7 @@ def _engine_specs(cfg):
 
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
     from aphrodite_int2kv.engine.window import SUFFIX
-    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
 
     specs = {}
     for name, layer in cfg.compilation_config.static_forward_context.items():
@@ -411,7 +411,7 @@ def test_hybrid_window_page_equals_the_gdn_state_page(registered, tmp_path):
     # 0.21: the GDN state needs 432 tokens of int2 page; a multiple of 16 would give 432 x 160 B per
     # head, 67.5 window tokens (the tiny Qwen3.5 on the H200 stopped there): 448 = 14 x 32 holds 70.
     # (0.24 sizes the hybrid page through the backend's spec and lands on another multiple of 32.)
-    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
 
     assert cc.block_size % 32 == 0
     if shape_based_kv_api():
@@ -556,7 +556,7 @@ def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monke
     Each step keeps the window of its last hit point (a multiple of lcm(int2 block, window block)),
     so the re-sent prompt hits at the last such point below its length and the shared prefix at the
     last chunk's point inside it, with real cached window pages for the R - 1 positions before the
-    hit. Without hit-point pages (hit_alignment 0, session 4's manager) both hits are 0."""
+    hit. Without hit-point pages (hit_alignment 0) both hits are 0."""
     import dataclasses
     import math
 
@@ -725,7 +725,7 @@ def test_hybrid_prefix_caching_with_the_window_fails_with_the_fix(registered, tm
     from aphrodite.engine.arg_utils import EngineArgs
 
     from aphrodite_int2kv.engine.window import _check_hybrid_prefix_hashing
-    from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
 
     monkeypatch.delenv("APHRODITE_INT2KV_RECENT_WINDOW", raising=False)
     if shape_based_kv_api():   # 0.21-0.23

@@ -235,7 +235,7 @@ def test_folded_decode_sharp_scores(D, G, BS):
     the running max grows by large and small steps between tiles of one split. Against the
     reference. (Written for a lazily rescaling variant -- max raised only past 2^8 growth, V bias
     applied after the last tile -- that failed it without rescaling its bias sums; the variant
-    passed 119/119 GPU tests but was 0-8 % slower, session9/lazy_logs.tgz, and was removed.)"""
+    passed 119/119 GPU tests but was 0-8 % slower, and was removed.)"""
     L = SlotLayout(D, G)
     seq_lens = [300, 77, 1]
     cache, bt, _ = paged_cache(L, seq_lens, 2, BS, seed=3)
@@ -391,7 +391,7 @@ class _VariantRecorder:
 def test_decode_compiles_one_variant_for_every_batch_size(monkeypatch):
     """The engine decodes batch sizes that no CUDA-graph capture warmed up (mixed prefill + decode
     steps run attention eagerly): a kernel variant that depends on the batch size is compiled there,
-    in the serving path (session 6 measured a 2-3 s stall in the first decode pass). The variant key
+    in the serving path (the H200 showed a 2-3 s stall in the first decode pass). The variant key
     -- constexpr arguments plus Triton's specialization of every specialized integer argument (== 1,
     multiple of 16) -- must be the same for batch sizes 1..40 (before: 6 and 16 made new ones).
     The merge's step (merge_chunk) follows the split count on purpose: a power of two, at most four
@@ -669,8 +669,8 @@ def test_decode_dependent_launches_wait_for_the_results_they_read(R):
     at its end). Two long sequences on 2 programs each: the split programs
     run long and leave the GPU free for the merge's, so a merge reading before the split launch
     completed reads the NaN the workspace is filled with before each replay. As the engine runs it:
-    captured in a CUDA graph, replayed 10 times. (Fails with the merge's gdc_wait removed: H200,
-    benchmarks/results/session13/.)"""
+    captured in a CUDA graph, replayed 10 times. (Seen failing on the H200 with the merge's
+    gdc_wait removed.)"""
     D, Hq, Hkv = 128, 8, 2
     L = SlotLayout(D, 64)
     seq_lens = [16384, 12000]

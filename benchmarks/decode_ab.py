@@ -48,7 +48,7 @@ def paged_batch(layout, lens, block_size, num_kv_heads, heads_first=True):
 
 def time_abba(timer, calls: dict, iters: int) -> dict:
     """{name: [median us, median us]} of each call, timed in two passes, the second in reverse
-    order: the side timed first after the cache is built runs slower (session 18, call 7: 461 vs
+    order: the side timed first after the cache is built runs slower (measured: 461 vs
     422 us, the same kernel), which favoured every side after the first; report the mean of both."""
     timed = {}
     for name in list(calls) + list(calls)[::-1]:
@@ -76,7 +76,7 @@ def main():
     ap.add_argument("--head-major", action="store_true",
                     help="also time the new side on the same pages read heads first (pages_heads_first)")
     ap.add_argument("--heads-first", action="store_true",
-                    help="both sides on pages read heads first (the engine's since session 11), not token-major")
+                    help="both sides on pages read heads first (the engine's layout), not token-major")
     ap.add_argument("--ragged", action="store_true",
                     help="sequence lengths spread evenly from S/8 to 15S/8 (mean S, shuffled) instead of all S")
     ap.add_argument("--window", type=int, default=0,

@@ -264,7 +264,7 @@ def main():
     ap.add_argument("--instances", type=int, default=1,
                     help="int2 caches per shape, each its own allocation (all alive together), each timed: "
                          "int2_us is their median, int2_us_instances all of them (the same kernel on the same "
-                         "shape varies by up to 9 %% between allocations, session 18). Variants time the first")
+                         "shape varies by up to 9 %% between allocations). Variants time the first")
     ap.add_argument("--max-bf16-bytes", type=float, default=40e9)
     ap.add_argument("--tune", action="store_true", help="sweep block_n x num_warps on a few shapes first")
     ap.add_argument("--window", type=int, default=0,
@@ -282,9 +282,9 @@ def main():
                     help="seconds to wait after a shape's bf16 kernels before timing int2 (clocks, gpu_state)")
     ap.add_argument("--tile", choices=("folded", "per-code"), default="folded",
                     help="the int2 tile timed as int2_us: folded (the engine's for uniform levels since "
-                         "session 8) or per-code")
+                         "the engine's) or per-code")
     ap.add_argument("--fold", action="store_true",
-                    help="session 7/8 comparison: int2_us with the per-code tile (--tile per-code) and the "
+                    help="int2_us with the per-code tile (--tile per-code) and the "
                          "folded tile also timed on the same launch (int2_fold_us, fold_speedup)")
     ap.add_argument("--table-ahead", action="store_true",
                     help="also time the same tile with table_ahead (block-table entries a tile ahead) "

@@ -141,15 +141,15 @@ def main():
         schemes += [Scheme(f"int2 hadamard G32 sink0 recent128 K-mean of keys 4..{n} (from int2), first {n} uncentered",
                            "int2", group_size=32, center=True, center_skip=n, center_from_cache=True,
                            center_mean_from=4, recent=128) for n in (20, 36, 68)]
-    if "datafree-std" in parts:   # the same data-free offsets with std levels (session 4)
+    if "datafree-std" in parts:   # the same data-free offsets with std levels 
         schemes += [Scheme(f"int2 hadamard G32 std-range sink0 recent128 K-mean of first {n} (from int2), first {n} "
                            f"uncentered", "int2", group_size=32, std_range=True, center=True, center_skip=n,
                            center_from_cache=True, recent=128) for n in (16, 32)]
-    if "datafree-g64" in parts:   # the data-free offset at the engine's default G = 64 (session 6)
+    if "datafree-g64" in parts:   # the data-free offset at the engine's default G = 64 
         schemes += [Scheme(f"int2 hadamard G64 std-range sink0 recent128 K-mean of first {n} (from int2), first {n} "
                            f"uncentered", "int2", group_size=64, std_range=True, center=True, center_skip=n,
                            center_from_cache=True, recent=128) for n in (16,)]
-    if "default" in parts:   # the engine's defaults (data-free K centering on since session 7)
+    if "default" in parts:   # the engine's defaults (data-free K centering on)
         schemes += [engine_default_scheme()]
     if "calibrated-skip" in parts:
         k, v = os.path.join(a.calibrated, "k_rotation.pt"), os.path.join(a.calibrated, "v_rotation.pt")

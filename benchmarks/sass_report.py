@@ -6,7 +6,6 @@ figures in docs/benchmarks.md: instructions per loop iteration and registers per
   e.g. python benchmarks/sass_report.py 128 32 8 8 64 1 16 16 3     (the engine's launch for 32q/4kv)
   FOLD=1 python benchmarks/sass_report.py ...                          (the folded tile, common.py)
   MAXNREG=168 FOLD=1 ...                                               (a register cap, as decode_launch_config's)
-  FLOOR=1 SHORT_N=32 MAXNREG=168 FOLD=1 ...                            (decode_floor.py's launch, its tile's math mostly out)
   SHORT_N=32 MAXNREG=168 FOLD=1 ...                                    (short shares in 32-token tiles, as the engine's launch)
   SASS_DUMP=FILE ...                                                   (also write the whole SASS listing to FILE)
   KERNEL=merge python benchmarks/sass_report.py [D CHUNK]              (the merge kernel, pointers 16-byte aligned: registers, stack, calls)
@@ -31,9 +30,6 @@ from triton.compiler import ASTSource
 from triton.backends.compiler import GPUTarget
 from aphrodite_int2kv.kernels import decode as dec
 from aphrodite_int2kv.int2.format import SlotLayout, LLOYD_MAX_LEVELS
-if os.environ.get("FLOOR"):     # decode_floor.py's launch: the folded tile's math mostly taken out
-    from benchmarks.decode_floor import floor_package
-    dec = floor_package()
 
 def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_size=16, splits=16, stages=3,
                   lloyd=False):

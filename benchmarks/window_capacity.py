@@ -43,7 +43,7 @@ def main():
 
     import aphrodite_int2kv_tests.test_engine_int2 as T
     from aphrodite import __version__ as version
-    from aphrodite_int2kv.engine.backend import options as aphrodite_int2kv_options
+    from aphrodite_int2kv.engine.options import options as aphrodite_int2kv_options
 
     model = T._dense_long_dir(pathlib.Path(tempfile.mkdtemp()))
     L, mem, rows = 32768, 8 << 30, []

@@ -20,7 +20,8 @@ from aphrodite.v1.attention.backend import (AttentionBackend, AttentionCGSupport
                                             AttentionType, MultipleOf)
 from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
 
-from aphrodite_int2kv.engine.options import Int2Options
+from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
+from aphrodite_int2kv.engine.options import options, slot_bytes_for
 from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout, pages_heads_first
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
@@ -32,14 +33,6 @@ from aphrodite_int2kv.kernels.store import Centering, int2_store, window_store
 from aphrodite_int2kv.engine.window import window_name, window_views
 
 INT2 = "int2"
-
-
-def options() -> Int2Options:
-    return Int2Options.from_env()
-
-
-def slot_bytes_for(head_size: int) -> int:
-    return SlotLayout(head_size, options().group_for(head_size)).slot_bytes
 
 
 def _page_multiple() -> int:
@@ -366,8 +359,6 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         self._k_center = None
         self._centers_memo = None   # data-free offsets of the current step (see _step_centers)
         self.window = self.opts.recent_window if kv_sharing_target_layer_name is None else 0
-        from aphrodite_int2kv.patches.int2_kv_cache import shape_based_kv_api
-
         # 0.21-0.23 hand the cache as [blocks, block_size, kv_heads, slot], which we read heads
         # first; 0.24 hands the logical [blocks, kv_heads, block_size, slot] view (_cache_view).
         self._heads_first = not shape_based_kv_api()

@@ -179,3 +179,15 @@ class Int2Options:
                 f"clip K/V={self.k_clip}/{self.v_clip} K-center={how} "
                 f"recent window={self.recent_window or 'off'} "
                 f"decode tile={'folded' if self.fold_decode else 'per-code'}")
+
+
+def options() -> Int2Options:
+    """The settings of this process (APHRODITE_INT2KV_* variables)."""
+    return Int2Options.from_env()
+
+
+def slot_bytes_for(head_size: int) -> int:
+    """Bytes of one int2 slot (one token, one KV head) at this process's group size."""
+    from aphrodite_int2kv.int2.format import SlotLayout
+
+    return SlotLayout(head_size, options().group_for(head_size)).slot_bytes

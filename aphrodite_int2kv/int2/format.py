@@ -147,7 +147,7 @@ def pages_heads_first(cache: torch.Tensor) -> torch.Tensor:
     as the kernels index it, [blocks, block_size, Hkv, slot] with each page's slots heads first.
     Why heads first: a decode program reads one KV head, so its tile is one contiguous run; with
     a token's heads side by side, 80-byte slots (head_dim 128) straddle 32-byte sectors and a
-    program fetched ~1.6x its bytes from L2 (docs/benchmarks.md, session 11)."""
+    program fetched ~1.6x its bytes from L2 (measured on the H200)."""
     nb, bs, heads, slot = cache.shape
     if tuple(cache.stride()[1:]) != (heads * slot, slot, 1):
         raise ValueError(f"int2 KV: the engine handed a cache of shape {tuple(cache.shape)} with strides "

@@ -3,7 +3,7 @@
 Grid (batch, num_kv_heads); one program reads one sequence's first N slots of one KV head (K half
 only), dequantizes them (the same level * scale + zero as int2/quantizer.decode_keys) and writes
 their mean, fp32 [D] in the rotated basis -- zeros for a sequence with fewer than N tokens. One
-launch per layer and step replaces a dozen small torch operations (session 7: those cost the
+launch per layer and step replaces a dozen small torch operations (those cost the
 engine 17 % of its decode throughput at 32K).
 """
 

@@ -46,8 +46,8 @@ from aphrodite_int2kv.kernels.limits import H200, DeviceLimits, device_limits
 # Integer arguments that follow the batch size (split and slot counts) or the configuration are
 # not specialized: Triton would otherwise compile a new variant whenever one of them happens to be
 # 1 or a multiple of 16, i.e. at the first decode of some batch size, which in the engine is often a
-# mixed prefill + decode step that no CUDA-graph capture warmed up (session 6: a 2-3 s stall in the
-# first decode pass after start-up, benchmarks/results/session6/e2e_dense8b_int2_new.jsonl).
+# mixed prefill + decode step that no CUDA-graph capture warmed up (measured on the H200: a 2-3 s
+# stall in the first decode pass after start-up).
 _RUNTIME_INTS = ["num_programs", "num_slots", "batch_size", "tail_base", "head_len", "window_len"]
 
 
@@ -161,7 +161,7 @@ def split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, st
     if FOLD:
         # The first tile's block-table entries are loaded before the query, so that the two loads
         # can be in flight together (a program's start is a chain of loads: lengths -> query ->
-        # table -> pages). On the H200 the first tiles finished no earlier for it (session 19's
+        # table -> pages). On the H200 the first tiles finished no earlier for it (a per-program
         # timeline); the launch took 0.96-1.009x the time (32K batch 8: 0.992x), so it is kept as
         # harmless, not as a measured gain.
         page_first = next_page(table_row, start, end, tl.arange(0, BLOCK_N), BLOCK_SIZE, BLOCK_N, TABLE_AHEAD)
@@ -350,7 +350,7 @@ def _int2_decode_merge_kernel(part_out_ptr, part_lse_ptr, seq_lens_ptr, num_prog
                                       BLOCK_N, SHORT_N, SHORT_UNITS)      # the split launch's tiles
     _, _, _, n_tiles = int2_positions(tl.load(seq_lens_ptr + batch), head_len, window_len, BLOCK_N, SHORT_N, short)
     # The sequence's tiles are in programs p_lo..p_hi, each of which has some (first_tile). Scalar
-    # divisions only: a vector of 64-bit ones compiles to a call per element (session 12: 255
+    # divisions only: a vector of 64-bit ones compiles to a call per element (measured: 255
     # registers, spills, a 3.5x slower merge).
     p_lo = tile_program(first, total, num_programs)
     p_hi = tile_program(first + n_tiles - 1, total, num_programs)
@@ -483,9 +483,9 @@ def programs_per_sm(head_dim: int, block_h: int, fold: bool, limits: DeviceLimit
 
 # Split launches whose shares average at most this many positions (and at least 32) deal and read
 # tiles of 32 at head_dim <= 128 (folded; int2_decode short_n). Tiles of 64 cost less per position,
-# but the wave waits for the largest share, a tile over the mean. Session 14 (H200, head_dim 128,
-# against 64-token tiles; session14/call5_decode_ab_final_d128.json): 0.87-0.98x the time at means
-# of 2.6-21 tiles of 32 (4K-32K batch 8, 16K-128K batch 2); 1.006x at 31 (48K batch 8, call 3).
+# but the wave waits for the largest share, a tile over the mean. On the H200 (head_dim 128,
+# against 64-token tiles, benchmarks/decode_ab.py): 0.87-0.98x the time at means of 2.6-21 tiles
+# of 32 (4K-32K batch 8, 16K-128K batch 2); 1.006x at 31 (48K batch 8).
 SHORT_SHARE = 768
 
 
@@ -494,7 +494,7 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
                          num_sms: int | None = None, max_seq_len: int | None = None, fold: bool = True,
                          limits: DeviceLimits = H200, group_size: int | None = None) -> DecodeLaunch:
     """Launch shape of the split-KV decode, from the H200 sweeps in benchmarks/results/
-    (decode_tune_h200.log, session6/decode_tune_h200.log): one-warp programs (no cross-warp
+    (launch-shape sweeps on the H200): one-warp programs (no cross-warp
     softmax reductions) of 64 tokens at head_dim <= 128, of 32 tokens at head_dim 256 (17 % faster
     than two-warp programs of 64 there). The split count gives programs_per_sm programs per
     multiprocessor, *rounded down*: a grid just past a whole number of waves pays a whole extra
@@ -504,7 +504,7 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     given, so a CUDA graph captured for a batch size replays the same grid; the num_splits * batch
     programs of a head tile then share the batch's actual int2 tiles evenly (stage 1).
     table_ahead (block-table entries a tile ahead) where the H200 measured it faster with one page
-    per tile (session9/onepage_logs.tgz: ab_*.log, 32K and 128K, batch 8-64): the folded tile
+    per tile (benchmarks/decode_ab.py, 32K and 128K, batch 8-64): the folded tile
     (1.01-1.10x at head_dim 128, 1.14-1.18x at 256) and the per-code tile at head_dim 256
     (1.06-1.09x; 0.98-1.00x at 128, left off)."""
     block_h = block_h_for(ratio)
@@ -521,14 +521,14 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     # The split launch as the tail launch's dependent (int2_decode chain_tail) where its grid fills
     # the wave (no room for one more split). With the window of 128 chaining took 0.62-0.92x the
     # time at batch >= 2 (and 4K-32K batch 1), but 1.04-1.17x at 64K-128K batch 1, whose 256 splits
-    # leave a third of the slots free (H200, session13/decode_ab_b1chain_*.json; why is not known):
+    # leave a third of the slots free (H200, benchmarks/decode_ab.py; why is not known):
     # batch 1 at 4 KV heads gives up its short-context gain for no long-context loss.
     chain_tail = (splits + 1) * programs_per_split > per_sm * num_sms
     # The merge starts once the split launch's last program ends; at 32K batch 8 it took ~3 us of
-    # the launch's 46 after its wait (session 17, benchmarks/decode_timeline.py). Where there are
+    # the launch's 46 after its wait (a per-program timeline of the launch). Where there are
     # few query rows to merge (batch x heads <= 256), 8 one-warp programs per row, each merging
     # head_dim / 8 columns: 0.92-0.98x the time at head_dim 128, batch 1-8, 0.81-0.98x at 256
-    # (H200, session17/call5_decode_ab_merge_*.json); at batch 32-64 it was up to 1.04x slower, so
+    # (H200, benchmarks/decode_ab.py); at batch 32-64 it was up to 1.04x slower, so
     # those keep one 4-warp program per row.
     merge = dict(merge_split=min(8, head_dim // 16), merge_warps=1) if batch * num_kv_heads * ratio <= 256 else {}
     if head_dim <= 128:

@@ -12,7 +12,7 @@ power-of-two scale per row (query_codes), on the int8 tensor cores (mma m16n8k32
 int32 and converted once per group. The K operand's register holds 4 consecutive columns of a
 token, the cache's own byte order, so a plane costs one AND (and a shift shared by two planes);
 the fp16 operand it replaced took two PRMT and two LOP3 per 4 codes and twice the MMAs
-(session 16: 12-14 % fewer instructions in the tile loop).
+(12-14 % fewer instructions in the tile loop).
 
 The P.V operand needs pairs of consecutive tokens per register (its contraction runs over
 tokens) while a token's bytes are contiguous in the cache. V's codes are therefore read as 16-bit
@@ -286,7 +286,7 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q
     # the softmax state stays in log2 units: the max is taken in qscale units (qscale > 0) and
     # the exponent's subtraction becomes a multiply-add. The state is rescaled at every tile: a lazy
     # rescale (only where a score passes the max by more than 8) ran 0.8 % faster at head_dim 128
-    # and 1.4 % slower at 256 (session 18, call 2), and with p up to 2**8 the fp16 p * V scale would
+    # and 1.4 % slower at 256 (H200), and with p up to 2**8 the fp16 p * V scale would
     # overflow for V scales above 256
     m_new = tl.maximum(m_i, qscale * tl.max(sT, axis=0))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)

@@ -35,6 +35,7 @@ import functools
 import inspect
 from typing import Literal, get_args
 
+from aphrodite_int2kv.engine.kv_api import int2_spec, shape_based_kv_api
 from aphrodite_int2kv.patches import APPLIED, FAILED, Outcome, is_ours, mark
 
 NAME = "int2-kv-cache-dtype"
@@ -97,25 +98,6 @@ def _backend_selection() -> str:
     return "backend"
 
 
-def shape_based_kv_api() -> bool:
-    import aphrodite.v1.kv_cache_interface as kvi
-
-    return hasattr(kvi, "TQFullAttentionSpec")
-
-
-def _int2_spec(block_size, num_kv_heads, head_size, **extra):
-    from aphrodite.v1.kv_cache_interface import TQFullAttentionSpec
-    import torch
-
-    from aphrodite_int2kv.engine.backend import slot_bytes_for
-
-    extra.pop("dtype", None)
-    extra.pop("head_size_v", None)
-    return TQFullAttentionSpec(block_size=block_size, num_kv_heads=num_kv_heads, head_size=head_size,
-                               head_size_v=head_size, dtype=torch.uint8,
-                               tq_slot_size=slot_bytes_for(head_size))
-
-
 def _kv_spec() -> str:
     from aphrodite.model_executor.layers.attention.attention import Attention
 
@@ -132,7 +114,7 @@ def _kv_spec() -> str:
 
             raise Int2ConfigError(f"int2 KV: layer {self.layer_name} uses a sliding window, which int2 "
                                   f"does not support; add 'sliding_window' to kv_cache_dtype_skip_layers")
-        return _int2_spec(aphrodite_config.cache_config.block_size, self.num_kv_heads, self.head_size)
+        return int2_spec(aphrodite_config.cache_config.block_size, self.num_kv_heads, self.head_size)
 
     Attention.get_kv_cache_spec = mark(get_kv_cache_spec)
     return "kv-spec"
@@ -150,7 +132,7 @@ def _attention_pages_sized_as_int2():
 
     def sized(**kw):
         if kw.get("dtype") == torch.uint8:
-            return _int2_spec(**kw)
+            return int2_spec(**kw)
         return real(**kw)
 
     kvi.FullAttentionSpec = sized
@@ -197,7 +179,8 @@ def _window_companions() -> str:
         orig(self, *args, **kwargs)
         if getattr(self, "kv_cache_dtype", None) != INT2:
             return
-        from aphrodite_int2kv.engine.backend import Int2AttentionBackend, options
+        from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+        from aphrodite_int2kv.engine.options import options
 
         backend = getattr(self, "attn_backend", None)
         if not (isinstance(backend, type) and issubclass(backend, Int2AttentionBackend)):

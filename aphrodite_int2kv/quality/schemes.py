@@ -179,7 +179,7 @@ def engine_default_scheme(group_size: int = 32):
     such as SmolLM2: G = 32, std levels, Hadamard, the last 128 tokens in full precision, and
     data-free K centering (each sequence's offset = the mean of its first 16 keys as int2 reads
     them back; those 16 stored uncentered)."""
-    return Scheme(f"engine default (session 7): int2 hadamard G{group_size} std-range + recent128 + "
+    return Scheme(f"engine default: int2 hadamard G{group_size} std-range + recent128 + "
                   f"data-free K-center 16", "int2", group_size=group_size, std_range=True, center=True,
                   center_skip=16, center_from_cache=True, recent=128)
 
@@ -205,6 +205,6 @@ def standard_schemes():
         Scheme("engine default: int2 hadamard G32 std-range + recent128", "int2", group_size=32,
                std_range=True, recent=128),
         engine_default_scheme(),
-        dataclasses.replace(engine_default_scheme(), name="engine default, decode's int8 query (session 16)",
+        dataclasses.replace(engine_default_scheme(), name="engine default, decode's int8 query",
                             query_codes=True),
     ]

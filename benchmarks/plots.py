@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""The plots in docs/, as plain SVG (no plotting library), from the result files.
+
+  python3 benchmarks/plots.py {capacity,decode,quality,all} [--src FILE] [--out FILE]
+
+capacity: docs/capacity.svg from benchmarks/results/kv_capacity_h200.json: the engine-reported KV capacity (GPU KV cache tokens at the benchmark's max_model_len) of each KV dtype as a multiple of bf16's on the same model, context and GPU share. Plain SVG, no plotting library.
+decode: docs/decode.svg from benchmarks/results/decode_attention_h200.json: int2 decode speedup over the fastest bf16 kernel (and over aphrodite's own bf16 Triton decode) by batch, one panel per head_dim x context. Plain SVG, no plotting library.
+quality: docs/quality.svg from benchmarks/results/quality_smollm2.json: perplexity increase vs full precision per scheme (log scale), full window and late half. Plain SVG, no plotting library.
+"""
+
+import argparse
+import json
+import math
+
+
+def plot_capacity(src, out):
+    """docs/capacity.svg from benchmarks/results/kv_capacity_h200.json: the engine-reported KV ca..."""
+    rows = json.load(open(src))
+
+    # (label, model prefix, max_model_len, kv dtype, the row's variant)
+    BARS = [
+        ("dense8b 32K: fp8", "dense8b", 32848, "fp8", "fp8"),
+        ("dense8b 32K: int2 (defaults)", "dense8b", 32848, "int2", "int2 defaults"),
+        ("hybrid27b 32K: fp8", "hybrid27b", 32848, "fp8", "fp8"),
+        ("hybrid27b 32K: int2, paged window", "hybrid27b", 32848, "int2", "int2, paged window"),
+        ("hybrid27b 32K: int2, ring window (defaults)", "hybrid27b", 32848, "int2", "int2 defaults"),
+        ("hybrid27b 128K: int2 (defaults)", "hybrid27b", 131152, "int2", "int2 defaults"),
+    ]
+
+    def pick(model, ctx, kv, variant):
+        found = [r for r in rows if r["model"].startswith(model) and r.get("max_model_len") == ctx
+                 and r["kv_cache_dtype"] == kv and r["variant"] == variant]
+        if len(found) != 1:
+            raise SystemExit(f"{len(found)} rows for {model} {ctx} {kv} {variant!r}")
+        return found[0]
+
+    bars = []
+    for label, model, ctx, kv, note in BARS:
+        ratio = pick(model, ctx, kv, note)["kv_tokens"] / pick(model, ctx, "auto", "bf16")["kv_tokens"]
+        bars.append((label, ratio))
+
+    left, top, bar_h, gap, width = 330, 50, 22, 10, 420
+    xmax = 7.0
+    H = top + len(bars) * (bar_h + gap) + 40
+    W = left + width + 80
+
+
+    def x(v):
+        return left + v / xmax * width
+
+
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+           '<text x="10" y="20" font-size="14">KV capacity on one H200 (aphrodite 0.21.0, engine-reported tokens), '
+           'as a multiple of bf16\'s</text>',
+           f'<line x1="{x(5):.1f}" x2="{x(5):.1f}" y1="{top - 8}" y2="{H - 30}" stroke="#555" stroke-dasharray="4,3"/>',
+           f'<text x="{x(5) - 18:.1f}" y="{top - 12}">5x goal</text>']
+    for i, (label, ratio) in enumerate(bars):
+        y0 = top + i * (bar_h + gap)
+        color = "#3b6ea5" if "int2" in label else "#999"
+        svg.append(f'<text x="{left - 8}" y="{y0 + 15}" text-anchor="end">{label}</text>')
+        svg.append(f'<rect x="{left}" y="{y0}" width="{x(ratio) - left:.1f}" height="{bar_h}" fill="{color}"/>')
+        svg.append(f'<text x="{x(ratio) + 5:.1f}" y="{y0 + 15}">{ratio:.2f}x</text>')
+    for v in range(0, int(xmax) + 1):
+        svg.append(f'<text x="{x(v) - 4:.1f}" y="{H - 14}">{v}x</text>')
+    svg.append("</svg>")
+    open(out, "w").write("\n".join(svg) + "\n")
+    for label, ratio in bars:
+        print(f"{ratio:5.2f}x  {label}")
+
+
+def plot_decode(src, out):
+    """docs/decode.svg from benchmarks/results/decode_attention_h200.json: int2 decode speedup ov..."""
+    rows = json.load(open(src))
+    panels = [(d, s) for d in (128, 256) for s in (4096, 32768, 131072)]
+    batches = [1, 8, 32, 64]
+    # the table has G = 64 only (the engine's default at head_dim >= 128)
+    series = [("int2 (G64) vs fastest bf16", 64, None, "#3b6ea5"),
+              ("int2 (G64) vs aphrodite Triton bf16", 64, "aphrodite-triton", "#e08a2c")]
+    PW, PH, top, left = 300, 210, 60, 50
+    W, H = left + 3 * (PW + 20), top + 2 * (PH + 50) + 20
+    ymax = 6.0
+
+
+    def y(v, y0):
+        return y0 + PH - min(v, ymax) / ymax * PH
+
+
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+           '<text x="10" y="18" font-size="14">int2 split-KV decode on one H200: speedup over bf16 (GQA 8:1; '
+           f'{rows[0].get("int2_tile", "per-code")} tile, block {rows[0].get("block_size", 16)}, engine launch config)</text>']
+    for i, (name, _, _, color) in enumerate(series):
+        svg.append(f'<rect x="{10 + i * 230}" y="28" width="10" height="10" fill="{color}"/>'
+                   f'<text x="{25 + i * 230}" y="37">{name}</text>')
+    svg.append('<text x="700" y="37">dashed: 1x and the 3x goal</text>')
+    for p, (D, S) in enumerate(panels):
+        x0 = left + (p % 3) * (PW + 20)
+        y0 = top + (p // 3) * (PH + 50)
+        svg.append(f'<text x="{x0}" y="{y0 - 6}">head_dim {D}, context {S // 1024}K</text>')
+        svg.append(f'<rect x="{x0}" y="{y0}" width="{PW}" height="{PH}" fill="none" stroke="#999"/>')
+        for v in (1, 3):
+            svg.append(f'<line x1="{x0}" x2="{x0 + PW}" y1="{y(v, y0):.1f}" y2="{y(v, y0):.1f}" stroke="#555" '
+                       f'stroke-dasharray="4,3"/><text x="{x0 - 22}" y="{y(v, y0) + 4:.1f}">{v}x</text>')
+        slot = PW / len(batches)
+        bw = slot / (len(series) + 1)
+        for bi, B in enumerate(batches):
+            svg.append(f'<text x="{x0 + bi * slot + slot / 2 - 12:.1f}" y="{y0 + PH + 14}">B={B}</text>')
+            for si, (_, G, kernel, color) in enumerate(series):
+                r = next((r for r in rows if r["head_dim"] == D and r["context_len"] == S and r["batch"] == B
+                          and r["group_size"] == G), None)
+                if r is None:
+                    continue
+                base = r["bf16_all_us"].get(kernel) if kernel else r["bf16_us"]
+                if not base:
+                    continue
+                v = base / r["int2_us"]
+                bx = x0 + bi * slot + (si + 0.5) * bw
+                svg.append(f'<rect x="{bx:.1f}" y="{y(v, y0):.1f}" width="{bw - 1:.1f}" '
+                           f'height="{y0 + PH - y(v, y0):.1f}" fill="{color}"><title>{v:.2f}x</title></rect>')
+    svg.append("</svg>")
+    open(out, "w").write("\n".join(svg))
+    print("wrote", out)
+
+
+def plot_quality(src, out):
+    """docs/quality.svg from benchmarks/results/quality_smollm2.json: perplexity increase vs full..."""
+    rows_all = json.load(open(src))
+    keep = ["naive 2-bit per token", "int2 no-rotation G32", "int2 hadamard G64", "int2 hadamard G32",
+            "int2 hadamard G32 clip0.9", "int2 hadamard G32 lloyd-max", "int2 calibrated G32 sink0 recent0 K-offset",
+            "kivi 2-bit", "int2 hadamard G32 + sink4 + recent128", "kivi 2-bit + recent 128",
+            "int2 hadamard G32 + sink4 + recent128 + K-center", "int2 calibrated G32 sink4 recent128 K-offset",
+            "int4 hadamard G32", "fp8 e4m3 per-head"]
+    by = {r["scheme"]: r for r in rows_all if r["text"] == "moby-dick"}
+    rows = [by[k] for k in keep if k in by]
+    W, left, bar, gap = 960, 390, 11, 8
+    H = 60 + len(rows) * (2 * bar + gap)
+    lo, hi = math.log10(0.3), math.log10(3000)   # percent axis
+
+
+    def x(pct):
+        return left + (math.log10(max(pct, 0.3)) - lo) / (hi - lo) * (W - left - 30)
+
+
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+           '<text x="10" y="20" font-size="14">SmolLM2-135M, Moby-Dick, 4 x 1024 tokens: perplexity increase vs full-precision KV (log scale)</text>',
+           f'<rect x="{left}" y="30" width="10" height="10" fill="#3b6ea5"/><text x="{left + 15}" y="39">full window</text>',
+           f'<rect x="{left + 110}" y="30" width="10" height="10" fill="#e08a2c"/><text x="{left + 125}" y="39">late half (positions 512-1023)</text>']
+    for tick in (1, 10, 100, 1000):
+        svg.append(f'<line x1="{x(tick):.1f}" y1="48" x2="{x(tick):.1f}" y2="{H - 5}" stroke="#ccc"/>'
+                   f'<text x="{x(tick) + 2:.1f}" y="{H - 8}" fill="#666">{tick}%</text>')
+    y = 55
+    for r in rows:
+        svg.append(f'<text x="{left - 6}" y="{y + bar + 4}" text-anchor="end">{r["scheme"]} ({r["bits_per_element"]:.2f} b)</text>')
+        for i, (key, color) in enumerate((("rel_increase", "#3b6ea5"), ("late_rel_increase", "#e08a2c"))):
+            pct = 100 * r[key]
+            svg.append(f'<rect x="{left}" y="{y + i * bar}" width="{max(1, x(pct) - left):.1f}" height="{bar - 1}" fill="{color}"/>'
+                       f'<text x="{x(pct) + 3:.1f}" y="{y + i * bar + bar - 2}" font-size="10">{pct:+.1f}%</text>')
+        y += 2 * bar + gap
+    svg.append("</svg>")
+    open(out, "w").write("\n".join(svg))
+    print(f"wrote {out} ({len(rows)} schemes)")
+
+
+PLOTS = {"capacity": (plot_capacity, "benchmarks/results/kv_capacity_h200.json", "docs/capacity.svg"), "decode": (plot_decode, "benchmarks/results/decode_attention_h200.json", "docs/decode.svg"), "quality": (plot_quality, "benchmarks/results/quality_smollm2.json", "docs/quality.svg")}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("plot", choices=[*PLOTS, "all"])
+    ap.add_argument("--src", help="the result file (default: the one docs/ cites)")
+    ap.add_argument("--out", help="the SVG to write (default: the one in docs/)")
+    a = ap.parse_args()
+    for name in (PLOTS if a.plot == "all" else [a.plot]):
+        fn, src, out = PLOTS[name]
+        fn(a.src or src, a.out or out)
+        print("wrote", a.out or out)
+
+
+if __name__ == "__main__":
+    main()
