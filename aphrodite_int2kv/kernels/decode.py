@@ -443,17 +443,18 @@ class DecodeLaunch:
                     merge_split=self.merge_split, merge_warps=self.merge_warps)
 
 
-# The split tile's registers per thread on sm_90 (benchmarks/sass_report.py, triton 3.6.0) and how
+# The split tile's registers per thread (benchmarks/sass_report.py; the ahead-of-time check, aot.py,
+# compiles each tile for every target GPU and fails where one takes more than planned here) and how
 # many waves of resident programs its grid holds: the folded 8-head tile at head_dim 128 takes 168
-# (capped: decode_launch_config), the per-code tile and 16-head tiles 255, head_dim 64 127. One wave
-# where the programs share the batch's tiles evenly (a second no longer balances ragged lengths: one
-# wave was 2-9 % faster at 4K-32K, batch 8-32, 1-2 % slower at 128K, batch 32-64); two for the
-# 255-register tiles at head_dim 128, as tuned. The ahead-of-time check (aot.py) compiles each tile
-# for every target GPU and fails where one takes more registers than planned here.
+# (capped: decode_launch_config), the per-code tile and 16-head tiles 255, head_dim 64 up to 194
+# (sm_86 / 89 / 120; 192 on sm_90: ten programs per multiprocessor, one wave). One wave where the
+# programs share the batch's tiles evenly (a second no longer balances ragged lengths: one wave was
+# 2-9 % faster at 4K-32K, batch 8-32, 1-2 % slower at 128K, batch 32-64); two for the 255-register
+# tiles at head_dim 128, as tuned.
 def split_registers(head_dim: int, block_h: int, fold: bool) -> tuple[int, int]:
     """(registers per thread, waves) of the split launch's one-warp programs."""
     if head_dim <= 64:
-        return 127, 1
+        return 200, 1
     if head_dim <= 128:
         return (168, 1) if fold and block_h <= 8 else (255, 2)
     return 255, 1
@@ -474,7 +475,7 @@ def programs_per_sm(head_dim: int, block_h: int, fold: bool, limits: DeviceLimit
                     group_size: int | None = None, block_n: int | None = None, num_stages: int = 3) -> int:
     """Split programs per multiprocessor: `waves` whole waves of the one-warp programs resident at
     once on `limits`' GPU, by registers (split_registers) and shared memory (split_shared). On the
-    H200: 16 at head_dim 64, 12 for the folded 8-head tile at 128 (16 otherwise), 8 at 256."""
+    H200: 10 at head_dim 64, 12 for the folded 8-head tile at 128 (16 otherwise), 8 at 256."""
     regs, waves = split_registers(head_dim, block_h, fold)
     smem = split_shared(head_dim, group_size or default_group_size(head_dim), block_n or split_block_n(head_dim),
                         num_stages)
@@ -535,7 +536,9 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
         # the folded 8-head tile's loop needs 168 registers; left to itself, ptxas gives the kernel
         # 194 (the sequence loop around it: 10 programs per multiprocessor instead of 12); capped,
         # it spills a few of that loop's values, none inside the tile loop (benchmarks/sass_report.py)
-        cap = 168 if fold and head_dim > 64 and block_h <= 8 else None
+        # at head_dim 64, left to itself, ptxas holds the tile to 168 registers and spills on sm_80
+        # and sm_120 (16-24 B); allowed 255 it takes 178-194 and spills nothing (aot.py)
+        cap = 168 if fold and head_dim > 64 and block_h <= 8 else 255 if head_dim <= 64 else None
         # short shares in tiles of 32 (int2_decode short_n): at 32K, batch 8 the programs hold
         # 10.45 tiles of 64 on average and the wave waits for those with 11 (SHORT_SHARE)
         short = dict(short_n=32, short_units=SHORT_SHARE // 32) if fold else {}

@@ -247,6 +247,7 @@ def add_arguments(p):
     p.add_argument("--greedy-tokens", type=int, default=256)
     p.add_argument("--items", type=int, default=10, help="long-context items per kind")
     p.add_argument("--graphs", action="store_true", help="CUDA graphs (default: eager)")
+    p.add_argument("--worker-timeout", type=int, default=300, help="seconds one dtype's process may take")
     p.add_argument("--markdown", default=None, help="write the table here")
 
 
@@ -273,13 +274,18 @@ def run_engine(args) -> int:
     for i, label in enumerate(labels):
         dtype, env = CONFIGS[label]
         out = os.path.join(work, f"result_{label}.json")
+        if os.path.exists(out):
+            os.remove(out)
         cmd = [sys.executable, "-m", "aphrodite_int2kv.quality.engine_eval", "worker", work, dtype, plan_path, out,
                str(args.chunk), "1" if args.graphs else "0"]
-        if i:
+        if i and not results["bf16"].get("error"):
             cmd.append(os.path.join(work, "result_bf16.json"))
         print(f"[{i + 1}/{len(labels)}] {label}: --kv-cache-dtype {dtype} {env or ''}", file=sys.stderr, flush=True)
         t = time.time()
-        rc = subprocess.run(cmd, env={**os.environ, **env}).returncode
+        try:
+            rc = subprocess.run(cmd, env={**os.environ, **env}, timeout=args.worker_timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = f"timed out after {args.worker_timeout} s"
         if rc or not os.path.exists(out):
             results[label] = {"error": f"worker exited {rc}"}
             continue
