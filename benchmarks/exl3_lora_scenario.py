@@ -102,6 +102,9 @@ def child(mode: str, model: str, adapter: str) -> None:
 
 
 def main():
+    if len(sys.argv) < 3 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help") else 2)
     if sys.argv[1] == "--child":
         child(*sys.argv[2:5])
         return

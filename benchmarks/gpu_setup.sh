@@ -2,6 +2,7 @@
 # Source this on the H200 machine from the repo root (the .gpu-bundle/ built by
 # ../shared/gpu/make_bundle.sh must travel with the tree): installs aphrodite 0.21.0, its
 # missing runtime deps and this plugin (with its entry point) into /tmp/site.
+case "${1:-}" in -h|--help) sed -n "2,4p" "${BASH_SOURCE[0]}"; return 0 2>/dev/null || exit 0;; esac
 SITE=/tmp/site
 if [ ! -d "$SITE/aphrodite" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .gpu-bundle/whl/*.whl

@@ -3,7 +3,9 @@
 # time on the H200 machine's 16 cores): logs DIR/kernel_tests_shard_*.log. Exit status 1 when any
 # shard reports a failure or an error.
 #   [K=EXPR] bash benchmarks/gpu_tests.sh DIR [TIMEOUT_S]     (K: pytest -k, a subset)
+#   APHRODITE_INT2KV_DEVICE_LIMITS=rtx4090 bash benchmarks/gpu_tests.sh DIR   (launches planned as that GPU)
 set -u
+case "${1:-}" in ""|-h|--help) sed -n "2,6p" "$0"; exit 0;; esac
 dir=$1; limit=${2:-200}
 python3 -m pytest -q -p no:cacheprovider --collect-only ${K:+-k "$K"} aphrodite_int2kv_tests/test_kernels.py 2>/dev/null \
   | grep "::" > /tmp/ids; echo "$(wc -l < /tmp/ids) kernel tests"

@@ -120,5 +120,8 @@ def report(ck):
 
 
 if __name__ == "__main__":
+    if any(a in ("-h", "--help") for a in sys.argv[1:]):
+        print(__doc__)
+        sys.exit(0)
     args = [int(a) for a in sys.argv[1:]]
     report(compile_merge(*args) if os.environ.get("KERNEL") == "merge" else compile_split(*args))
