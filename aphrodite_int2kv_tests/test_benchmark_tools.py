@@ -33,3 +33,18 @@ def test_ragged_lengths_spread_around_the_mean(S, B):
         assert min(lens) == round(S / 8) and max(lens) == round(15 * S / 8)
         steps = sorted(lens)
         assert max(b - a for a, b in zip(steps, steps[1:])) - min(b - a for a, b in zip(steps, steps[1:])) <= 1
+
+
+def test_every_benchmark_entry_point_answers_help():
+    """benchmarks/ is a small suite of entry points: each one says how to run it."""
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+    scripts = sorted(p for p in root.iterdir() if p.suffix in (".py", ".sh"))
+    assert 4 <= len(scripts) <= 10
+    for p in scripts:
+        cmd = ["bash", str(p), "--help"] if p.suffix == ".sh" else [sys.executable, str(p), "--help"]
+        res = subprocess.run(cmd, cwd=root.parent, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0 and len(res.stdout) > 80, (p.name, res.stdout[-500:], res.stderr[-1500:])
