@@ -134,7 +134,7 @@ def test_kv_page_is_int2_bytes(registered, monkeypatch, head_size, heads, G):
 def test_sliding_window_layers_are_refused_with_the_fix(registered):
     from aphrodite_int2kv.engine.backend import Int2AttentionImpl
 
-    with pytest.raises(Int2ConfigError, match="sliding-window layers .* kv_cache_dtype_skip_layers"):
+    with pytest.raises(Int2ConfigError, match="sliding-window layers.*Use --kv-cache-dtype fp8 or auto"):
         Int2AttentionImpl(4, 128, 128 ** -0.5, 2, None, 256, "int2")
     with pytest.raises(Int2ConfigError, match="head size 96"):
         Int2AttentionImpl(4, 96, 96 ** -0.5, 2, None, None, "int2")
@@ -245,6 +245,78 @@ def _build_int2_layers(cfg, n, backend="int2"):
         return [Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,
                           num_kv_heads=hf.num_key_value_heads, cache_config=cfg.cache_config,
                           prefix=f"model.layers.{i}.self_attn.attn", **extra) for i in range(n)]
+
+
+def _gemma3_like_layers(cfg, n=6, window=1024):
+    """A Gemma-3-style stack: five local (sliding-window) layers to one global, as its model builds them."""
+    from aphrodite.config import set_current_aphrodite_config
+    from aphrodite.model_executor.layers.attention.attention import Attention
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+
+    hf = cfg.model_config.hf_config
+    with set_current_aphrodite_config(cfg):
+        for i in range(n):
+            local = i % 6 != 5
+            extra = {"per_layer_sliding_window": window} if local else {"attn_backend": Int2AttentionBackend}
+            Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5, num_kv_heads=hf.num_key_value_heads,
+                      cache_config=cfg.cache_config, prefix=f"model.layers.{i}.self_attn.attn", **extra)
+
+
+def test_models_with_sliding_window_layers_are_refused_at_build(registered, tmp_path):
+    """Gemma-3-style (5 local : 1 global): int2 cannot take the local layers, and kept in bf16 with
+    kv_cache_dtype_skip_layers=['sliding_window'] they stop the build with the reason and the fix,
+    not later in the engine's page sizing."""
+    from aphrodite.engine.arg_utils import EngineArgs
+
+    cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=32768,
+                     skip_tokenizer_init=True, kv_cache_dtype_skip_layers=["sliding_window"]).create_engine_config()
+    with pytest.raises(Int2ConfigError, match=r"sliding-window layers.*model.layers.0.*kept in auto"):
+        _gemma3_like_layers(cfg)
+    # the same local layers under bf16 build as before: the check is int2's alone
+    cfg = EngineArgs(model=_dense_long_dir(tmp_path), max_model_len=32768, skip_tokenizer_init=True,
+                     kv_cache_dtype_skip_layers=["sliding_window"]).create_engine_config()
+    from aphrodite.config import set_current_aphrodite_config
+    from aphrodite.model_executor.layers.attention.attention import Attention
+
+    hf = cfg.model_config.hf_config
+    with set_current_aphrodite_config(cfg):
+        Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5, num_kv_heads=hf.num_key_value_heads,
+                  cache_config=cfg.cache_config, prefix="model.layers.0.self_attn.attn", per_layer_sliding_window=1024)
+
+
+def test_the_engine_cannot_page_int2_beside_bf16_sliding_window_layers(registered, tmp_path):
+    """Why the refusal: bf16 sliding-window pages and int2 pages (80-byte slots) have no whole-number
+    ratio, and the engine's own sizing (get_kv_cache_configs) gives every group one page size: 0.21
+    fails, 0.24 pads the int2 page up to the bf16 page (int2 would save nothing)."""
+    import torch
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs
+    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+    from aphrodite_int2kv.engine.kv_api import int2_spec, shape_based_kv_api
+
+    cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=32768,
+                     skip_tokenizer_init=True).create_engine_config()
+    local = {f"model.layers.{i}.self_attn.attn": SlidingWindowSpec(block_size=128, num_kv_heads=8, head_size=128,
+                                                                    dtype=torch.bfloat16, sliding_window=1024)
+             for i in range(5)}
+    if shape_based_kv_api():
+        glob = int2_spec(128, 8, 128)
+    else:
+        glob = Int2AttentionBackend.customize_spec(FullAttentionSpec(block_size=128, num_kv_heads=8, head_size=128,
+                                                                    dtype=torch.uint8))
+    assert local["model.layers.0.self_attn.attn"].page_size_bytes % glob.page_size_bytes != 0
+    _resolve_layout(cfg)
+    specs = {**local, "model.layers.5.self_attn.attn": glob}
+    if shape_based_kv_api():
+        with pytest.raises(NotImplementedError, match="page size"):
+            get_kv_cache_configs(cfg, [specs], [8 << 30])
+    else:
+        (conf,) = get_kv_cache_configs(cfg, [specs], [8 << 30])
+        pages = {g.layer_names[0]: g.kv_cache_spec.page_size_bytes for g in conf.kv_cache_groups}
+        assert pages["model.layers.5.self_attn.attn"] == pages["model.layers.0.self_attn.attn"] > glob.page_size_bytes
 
 
 def test_int2_on_a_non_cuda_platform_stops_at_layer_build(registered, tmp_path):

@@ -20,7 +20,7 @@ from aphrodite.v1.attention.backend import (AttentionBackend, AttentionCGSupport
                                             AttentionType, MultipleOf)
 from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
 
-from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
+from aphrodite_int2kv.engine.kv_api import SLIDING_WINDOW_MODELS, shape_based_kv_api
 from aphrodite_int2kv.engine.options import options, slot_bytes_for
 from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout, pages_heads_first
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
@@ -333,11 +333,11 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
     def __init__(self, num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window,
                  kv_cache_dtype, logits_soft_cap=None, attn_type=AttentionType.DECODER,
                  kv_sharing_target_layer_name=None, **extra):
+        if sliding_window is not None:
+            raise Int2ConfigError(f"{SLIDING_WINDOW_MODELS} (window {sliding_window})")
         reasons = []
         if attn_type != AttentionType.DECODER:
             reasons.append(f"attention type {attn_type} (only decoder self-attention)")
-        if sliding_window is not None:
-            reasons.append(f"sliding-window layers (window {sliding_window})")
         if alibi_slopes is not None:
             reasons.append("ALiBi")
         if logits_soft_cap:

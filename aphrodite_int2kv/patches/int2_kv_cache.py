@@ -110,10 +110,10 @@ def _kv_spec() -> str:
         if self.kv_cache_dtype != INT2:
             return orig(self, aphrodite_config)
         if self.sliding_window is not None:
+            from aphrodite_int2kv.engine.kv_api import SLIDING_WINDOW_MODELS
             from aphrodite_int2kv.int2.format import Int2ConfigError
 
-            raise Int2ConfigError(f"int2 KV: layer {self.layer_name} uses a sliding window, which int2 "
-                                  f"does not support; add 'sliding_window' to kv_cache_dtype_skip_layers")
+            raise Int2ConfigError(f"{SLIDING_WINDOW_MODELS} (layer {self.layer_name}, window {self.sliding_window})")
         return int2_spec(aphrodite_config.cache_config.block_size, self.num_kv_heads, self.head_size)
 
     Attention.get_kv_cache_spec = mark(get_kv_cache_spec)
@@ -167,6 +167,14 @@ def _hybrid_alignment() -> str:
     return "hybrid-pages"
 
 
+def _configured_dtype():
+    """The KV-cache dtype the engine is being configured with (None outside a model build)."""
+    from aphrodite.config import get_current_aphrodite_config_or_none
+
+    cfg = get_current_aphrodite_config_or_none()
+    return getattr(getattr(cfg, "cache_config", None), "cache_dtype", None)
+
+
 def _window_companions() -> str:
     from aphrodite.model_executor.layers.attention.attention import Attention
 
@@ -178,6 +186,14 @@ def _window_companions() -> str:
     def __init__(self, *args, **kwargs):
         orig(self, *args, **kwargs)
         if getattr(self, "kv_cache_dtype", None) != INT2:
+            if getattr(self, "sliding_window", None) is not None and _configured_dtype() == INT2:
+                # a sliding-window layer the user kept out of int2 (kv_cache_dtype_skip_layers)
+                # beside int2 layers: the engine could not size their pages together
+                from aphrodite_int2kv.engine.kv_api import SLIDING_WINDOW_MODELS
+                from aphrodite_int2kv.int2.format import Int2ConfigError
+
+                raise Int2ConfigError(f"{SLIDING_WINDOW_MODELS} (layer {self.layer_name}, window "
+                                      f"{self.sliding_window}, kept in {self.kv_cache_dtype})")
             return
         from aphrodite_int2kv.engine.backend import Int2AttentionBackend
         from aphrodite_int2kv.engine.options import options
