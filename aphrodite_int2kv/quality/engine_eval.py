@@ -22,9 +22,9 @@ import time
 # label -> (--kv-cache-dtype, extra environment)
 CONFIGS = {
     "bf16": ("auto", {}),
-    "fp8": ("fp8", {}),
     "int2": ("int2", {}),
     "int2-no-window": ("int2", {"APHRODITE_INT2KV_RECENT_WINDOW": "0"}),
+    "fp8": ("fp8", {}),
 }
 HF_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
             "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
