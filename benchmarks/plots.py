@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The plots in docs/, as plain SVG (no plotting library), from the result files.
 
-  python3 benchmarks/plots.py {capacity,decode,quality,all} [--src FILE] [--out FILE]
+  python3 benchmarks/plots.py {capacity,decode,quality,engine,all} [--src FILE] [--out FILE]
 
 capacity: docs/capacity.svg from benchmarks/results/kv_capacity_h200.json: the engine-reported KV capacity (GPU KV cache tokens at the benchmark's max_model_len) of each KV dtype as a multiple of bf16's on the same model, context and GPU share. Plain SVG, no plotting library.
 decode: docs/decode.svg from benchmarks/results/decode_attention_h200.json: int2 decode speedup over the fastest bf16 kernel (and over aphrodite's own bf16 Triton decode) by batch, one panel per head_dim x context. Plain SVG, no plotting library.
@@ -160,7 +160,39 @@ def plot_quality(src, out):
     print(f"wrote {out} ({len(rows)} schemes)")
 
 
-PLOTS = {"capacity": (plot_capacity, "benchmarks/results/kv_capacity_h200.json", "docs/capacity.svg"), "decode": (plot_decode, "benchmarks/results/decode_attention_h200.json", "docs/decode.svg"), "quality": (plot_quality, "benchmarks/results/quality_smollm2.json", "docs/quality.svg")}
+def plot_engine(src, out):
+    """docs/quality_engine.svg from benchmarks/results/engine_eval_smollm2_h200.json: per KV dtype in the
+    engine, the perplexity increase over bf16 (whole windows and late half) and the share of
+    long-context answers equal to bf16's."""
+    rows = [r for r in json.load(open(src))["rows"] if not r.get("error") and r["kv"] != "bf16"]
+    left, top, bar_h, gap, width = 150, 60, 14, 18, 360
+    H = top + len(rows) * (3 * bar_h + gap) + 40
+    W = left + width + 200
+    xmax = max(15.0, max(100 * r["ppl_late_delta"] for r in rows) * 1.1)
+
+    def x(v):
+        return left + v / xmax * width
+
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+           '<text x="10" y="20" font-size="14">SmolLM2-135M in aphrodite 0.21.0 on an H200, against bf16 in the same engine</text>',
+           '<text x="10" y="38" fill="#3b6ea5">perplexity increase, whole windows</text>'
+           '<text x="230" y="38" fill="#8fb3da">late half</text>'
+           '<text x="310" y="38" fill="#999">long-context answers equal to bf16\'s (full width = 100 %)</text>']
+    for i, r in enumerate(rows):
+        y0 = top + i * (3 * bar_h + gap)
+        svg.append(f'<text x="{left - 8}" y="{y0 + 2 * bar_h}" text-anchor="end">{r["kv"]}</text>')
+        for j, (v, color, label) in enumerate(((100 * r["ppl_delta"], "#3b6ea5", "%+.1f %%"),
+                                               (100 * r["ppl_late_delta"], "#8fb3da", "%+.1f %%"),
+                                               (r["answers_equal_bf16"] * xmax, "#999", None))):
+            yy = y0 + j * bar_h
+            svg.append(f'<rect x="{left}" y="{yy}" width="{max(0.5, x(v) - left):.1f}" height="{bar_h - 2}" fill="{color}"/>')
+            text = label % v if label else f"{100 * r['answers_equal_bf16']:.0f} %"
+            svg.append(f'<text x="{x(v) + 4:.1f}" y="{yy + bar_h - 3}">{text}</text>')
+    svg.append("</svg>")
+    open(out, "w").write("\n".join(svg) + "\n")
+
+
+PLOTS = {"capacity": (plot_capacity, "benchmarks/results/kv_capacity_h200.json", "docs/capacity.svg"), "decode": (plot_decode, "benchmarks/results/decode_attention_h200.json", "docs/decode.svg"), "quality": (plot_quality, "benchmarks/results/quality_smollm2.json", "docs/quality.svg"), "engine": (plot_engine, "benchmarks/results/engine_eval_smollm2_h200.json", "docs/quality_engine.svg")}
 
 
 def main():
