@@ -268,7 +268,7 @@ def main():
     ap.add_argument("--max-bf16-bytes", type=float, default=40e9)
     ap.add_argument("--tune", action="store_true", help="sweep block_n x num_warps on a few shapes first")
     ap.add_argument("--window", type=int, default=0,
-                    help="issue #6: also time int2 with the last R tokens read from a bf16 window cache "
+                    help="also time int2 with the last R tokens read from a bf16 window cache "
                          "and K centering (4 uncentered sinks) on; the row gets int2_window_us")
     ap.add_argument("--sinks", type=int, default=4,
                     help="with --window: uncentered leading positions whose scores get -q.c (4: the K "
