@@ -38,6 +38,37 @@ from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first, rotate_o
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode, partial_slots, pick_num_splits  # noqa: E402
 
 
+RATIOS = (1, 2, 4, 8, 12, 16, 24, 32)
+# Named shape sets for --configs (Hq/Hkv/D per shape): the ratio-8 table; query-to-KV-head ratios
+# 1-32 at 1, 2, 4 and 8 KV heads; and the per-GPU heads of common models under tensor parallelism
+# (heads / TP each), where few KV heads meet many query heads.
+CONFIG_SETS = {
+    "ratio8": "32/4/128,16/2/256",
+    "ratios-d128": ",".join(f"{r * h}/{h}/128" for h in (1, 2, 4, 8) for r in RATIOS),
+    "ratios-d256": ",".join(f"{r * h}/{h}/256" for h in (1, 2, 4, 8) for r in RATIOS),
+    "tp": ",".join((
+        "16/4/128,8/2/128,4/1/128",       # Llama-3.1-8B (32 q / 8 kv) at TP 2, 4, 8
+        "32/4/128,16/2/128,8/1/128",      # Llama-3.1-70B, Qwen2.5-72B (64 / 8) at TP 2, 4, 8
+        "14/2/128,7/1/128",               # Qwen2.5-7B (28 / 4) at TP 2, 4
+        "12/1/128,16/1/128",              # Mistral-Large-2 (96 / 8), Llama-3.1-405B (128 / 8) at TP 8
+        "48/1/128",                       # StarCoder-style multi-query attention (48 / 1)
+        "12/2/256,6/1/256,8/1/256")),     # Qwen3.5-27B (24 / 4, head_dim 256) at TP 2, 4; Qwen3-Next (16 / 2) at TP 2
+}
+
+
+def expand_configs(spec: str) -> list:
+    """--configs: Hq/Hkv/D shapes and named sets (CONFIG_SETS), comma-separated, in order, each once."""
+    out = []
+    for item in spec.split(","):
+        for cfg in CONFIG_SETS.get(item, item).split(","):
+            Hq, Hkv, D = map(int, cfg.split("/"))
+            if Hq % Hkv:
+                raise SystemExit(f"--configs {cfg}: {Hq} query heads are not a multiple of {Hkv} KV heads")
+            if (Hq, Hkv, D) not in out:
+                out.append((Hq, Hkv, D))
+    return out
+
+
 def ragged_lengths(S: int, B: int) -> list:
     """B sequence lengths spread evenly from S/8 to 15S/8 (mean S), shuffled with seed B: the
     mixed batch of decode_ab.py --ragged and e2e_throughput.py --mixed."""
@@ -81,6 +112,7 @@ class Timer:
     def __init__(self, flush_bytes=256 << 20, graph=False):
         self.flush = torch.empty(flush_bytes, dtype=torch.uint8, device="cuda")
         self.graph = graph
+        self.eager = {}     # contender -> why it could not be captured (the shape's row keeps it)
 
     def _captured(self, fn):
         g = torch.cuda.CUDAGraph()
@@ -89,7 +121,7 @@ class Timer:
         torch.cuda.synchronize()
         return g.replay
 
-    def median_us(self, fn, iters=20, warmup=3):
+    def median_us(self, fn, iters=20, warmup=3, name="int2"):
         for _ in range(warmup):
             fn()
         torch.cuda.synchronize()
@@ -97,7 +129,9 @@ class Timer:
             try:
                 fn = self._captured(fn)
             except Exception as exc:  # noqa: BLE001 - a timing method, not a result
-                log(f"    (CUDA graph capture failed: {type(exc).__name__}: {exc}; timing eager launches)")
+                why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
+                self.eager[name] = why
+                log(f"    ({name}: CUDA graph capture failed: {why}; timing eager launches)")
                 torch.cuda.synchronize()
         times = []
         for _ in range(iters):
@@ -172,7 +206,7 @@ def bench_bf16_sdpa(timer, q, k, v, scale):
             with sdpa_kernel([be]):
                 fn = lambda: F.scaled_dot_product_attention(qf, k, v, scale=scale)  # noqa: E731
                 fn()
-                out[name] = timer.median_us(fn)
+                out[name] = timer.median_us(fn, name=name)
         except Exception as exc:  # a backend may refuse a shape
             log(f"    {name}: {str(exc).splitlines()[0][:100]}")
     return out
@@ -202,7 +236,7 @@ def bench_aphrodite_triton(timer, q, k, v, block_size, scale):
                                       page_size=block_size)
     try:
         fn()
-        return {"aphrodite-triton": timer.median_us(fn)}
+        return {"aphrodite-triton": timer.median_us(fn, name="aphrodite-triton")}
     except Exception as exc:
         log(f"    aphrodite-triton: {str(exc).splitlines()[0][:120]}")
         return {}
@@ -257,7 +291,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--contexts", default="4096,32768,131072")
     ap.add_argument("--batches", default="1,8,32,64")
-    ap.add_argument("--configs", default="32/4/128,16/2/256", help="Hq/Hkv/D,...")
+    ap.add_argument("--configs", default="ratio8,tp",
+                    help="Hq/Hkv/D,... and named sets: " + ", ".join(CONFIG_SETS))
     ap.add_argument("--group-sizes", default="32,64")
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--iters", type=int, default=20)
@@ -306,12 +341,12 @@ def main():
     if args.tune:
         tune(timer, props, args)
     rows = []
-    for cfg in args.configs.split(","):
-        Hq, Hkv, D = map(int, cfg.split("/"))
+    for Hq, Hkv, D in expand_configs(args.configs):
         scale = D ** -0.5
         for S in map(int, args.contexts.split(",")):
             for B in map(int, args.batches.split(",")):
                 bf16 = {}
+                timer.eager = {}
                 if 2 * B * Hkv * S * D * 2 <= args.max_bf16_bytes:
                     q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
                     k = torch.randn(B, Hkv, S, D, device="cuda", dtype=torch.bfloat16)
@@ -442,7 +477,7 @@ def main():
                                int2_bytes_read=nbytes, int2_GBps=round(nbytes / int2_us / 1e3, 1),
                                copy_GBps=round(copy_gbps, 1),
                                frac_copy=round(nbytes / int2_us / 1e3 / copy_gbps, 3), gpu_state=gpu,
-                               cooldown_s=args.cooldown, **extra, **{"env": env})
+                               cooldown_s=args.cooldown, eager_launches=dict(timer.eager), **extra, **{"env": env})
                     rows.append(row)
                     log(f"Hq{Hq}/kv{Hkv}/D{D} S={S:>6} B={B:>2} G={G:>3}: int2 {int2_us:8.1f} us "
                         f"({row['int2_GBps']:6.0f} GB/s, {row['frac_copy']:.0%} of copy; instances "

@@ -412,11 +412,26 @@ def pick_num_splits(batch: int, programs_per_seq: int, max_seq_len: int, num_sms
     return max(1, min(want, cap, max_splits))
 
 
-def block_h_for(ratio: int) -> int:
+def block_h_for(ratio: int, head_dim: int = 128) -> int:
     """Query-head tile: the whole group when it has <= 8 heads (tl.dot pads M to the tensor-core
-    tile, but softmax and accumulators stay at 8 rows), else 16 (or 32 when the whole group fits,
-    which halves the KV reads for ratios 17..32)."""
-    return 8 if ratio <= 8 else 16 if ratio <= 16 else 32 if ratio <= 32 else 16
+    tile, but softmax and accumulators stay at 8 rows), else 16; at head_dim <= 128, 32 when the
+    whole group fits (ratios 17..32: each page read once per KV head, in two-warp programs,
+    split_warps). At head_dim 256 a 32-row tile does not fit one program's registers (the folded
+    tile spilled 392 B; the H200 ran 32 q / 1 kv heads at 32K, batch 32 in 728 us with it, in 184
+    with two tiles of 16: benchmarks/results/decode_gqa_h200.json)."""
+    if ratio <= 8:
+        return 8
+    if ratio <= 16 or ratio > 32 or head_dim > 128:
+        return 16
+    return 32
+
+
+def split_warps(head_dim: int, block_h: int) -> int:
+    """Warps per split program: one (no cross-warp softmax reductions), two for the 32-row tile.
+    On the H200 at ratios 24-32 with 1-2 KV heads (head_dim 128, 32K-128K) one-warp 32-row
+    programs ran 0.8-0.9x sdpa-flash's speed and spilled; two-warp ones 1.5-1.6x, four-warp ones
+    0.9-1.2x."""
+    return 2 if block_h >= 32 else 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -452,7 +467,9 @@ class DecodeLaunch:
 # 2-9 % faster at 4K-32K, batch 8-32, 1-2 % slower at 128K, batch 32-64); two for the 255-register
 # tiles at head_dim 128, as tuned.
 def split_registers(head_dim: int, block_h: int, fold: bool) -> tuple[int, int]:
-    """(registers per thread, waves) of the split launch's one-warp programs."""
+    """(registers per thread, waves) of the split launch's programs (split_warps warps each)."""
+    if block_h >= 32:
+        return 255, 1       # two-warp 32-row programs: four per multiprocessor on the H200, one wave
     if head_dim <= 64:
         return 200, 1
     if head_dim <= 128:
@@ -473,13 +490,14 @@ def split_block_n(head_dim: int) -> int:
 
 def programs_per_sm(head_dim: int, block_h: int, fold: bool, limits: DeviceLimits = H200,
                     group_size: int | None = None, block_n: int | None = None, num_stages: int = 3) -> int:
-    """Split programs per multiprocessor: `waves` whole waves of the one-warp programs resident at
-    once on `limits`' GPU, by registers (split_registers) and shared memory (split_shared). On the
-    H200: 10 at head_dim 64, 12 for the folded 8-head tile at 128 (16 otherwise), 8 at 256."""
+    """Split programs per multiprocessor: `waves` whole waves of the programs resident at once on
+    `limits`' GPU, by registers (split_registers), warps (split_warps) and shared memory
+    (split_shared). On the H200: 10 at head_dim 64, 12 for the folded 8-head tile at 128 (16
+    otherwise), 8 at 256, 4 two-warp 32-row programs."""
     regs, waves = split_registers(head_dim, block_h, fold)
     smem = split_shared(head_dim, group_size or default_group_size(head_dim), block_n or split_block_n(head_dim),
                         num_stages)
-    return waves * limits.resident(regs, 1, smem)
+    return waves * limits.resident(regs, split_warps(head_dim, block_h), smem)
 
 
 # Split launches whose shares average at most this many positions (and at least 32) deal and read
@@ -496,7 +514,7 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
                          limits: DeviceLimits = H200, group_size: int | None = None) -> DecodeLaunch:
     """Launch shape of the split-KV decode, from the H200 sweeps in benchmarks/results/
     (launch-shape sweeps on the H200): one-warp programs (no cross-warp
-    softmax reductions) of 64 tokens at head_dim <= 128, of 32 tokens at head_dim 256 (17 % faster
+    softmax reductions; two warps for the 32-row tile, split_warps) of 64 tokens at head_dim <= 128, of 32 tokens at head_dim 256 (17 % faster
     than two-warp programs of 64 there). The split count gives programs_per_sm programs per
     multiprocessor, *rounded down*: a grid just past a whole number of waves pays a whole extra
     program time (17 splits at batch 32 with 4 KV heads cost 13 % over 16 once the lengths divided
@@ -508,7 +526,7 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     per tile (benchmarks/decode_ab.py, 32K and 128K, batch 8-64): the folded tile
     (1.01-1.10x at head_dim 128, 1.14-1.18x at 256) and the per-code tile at head_dim 256
     (1.06-1.09x; 0.98-1.00x at 128, left off)."""
-    block_h = block_h_for(ratio)
+    block_h = block_h_for(ratio, head_dim)
     tiles = -(-ratio // block_h)
     programs_per_split = max(1, batch * num_kv_heads * tiles)
     block_n = split_block_n(head_dim)
@@ -542,7 +560,8 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
         # short shares in tiles of 32 (int2_decode short_n): at 32K, batch 8 the programs hold
         # 10.45 tiles of 64 on average and the wave waits for those with 11 (SHORT_SHARE)
         short = dict(short_n=32, short_units=SHORT_SHARE // 32) if fold else {}
-        return DecodeLaunch(splits, block_n, 1, 3, block_h, table_ahead, fold, cap, chain_tail, **short, **merge)
+        return DecodeLaunch(splits, block_n, split_warps(head_dim, block_h), 3, block_h, table_ahead, fold, cap,
+                            chain_tail, **short, **merge)
     return DecodeLaunch(splits, block_n, 1, 3, block_h, table_ahead, fold, None, chain_tail, **merge)
 
 
@@ -657,7 +676,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     cen = center_args(k_center, sinks, B, Hkv, D, q_rot, "decode")
     ratio = Hq // Hkv
     if block_h is None:
-        block_h = 16 if _upstream_head_map else block_h_for(ratio)
+        block_h = 16 if _upstream_head_map else block_h_for(ratio, D)
     tiles = triton.cdiv(ratio, block_h)
     grid_heads = triton.cdiv(Hq, min(block_h, ratio)) if _upstream_head_map else Hkv * tiles
     if out is None:
