@@ -22,6 +22,8 @@ def test_the_h200_plans_what_it_always_planned():
     ahead-of-time check measured them: 1.6 waves)."""
     assert [programs_per_sm(64, 8, True), programs_per_sm(128, 8, True), programs_per_sm(128, 8, False),
             programs_per_sm(128, 16, True), programs_per_sm(256, 8, True)] == [10, 12, 16, 16, 8]
+    # the large head tiles: 16 rows at head_dim 64 (237 registers), 32 rows in two warps at 128
+    assert [programs_per_sm(64, 16, True), programs_per_sm(128, 32, True)] == [8, 4]
     assert all(prefill_launch_config(D, H200) == PREFILL_LAUNCHES[0] for D in (64, 128, 256))
     assert H200.pdl
 
@@ -34,10 +36,12 @@ def test_every_plan_fits_its_gpu(name):
         assert prefill_shared(D, launch, limits) <= limits.smem_per_block
         for batch in (1, 8, 64):
             for fold in (True, False):
-                cfg = decode_launch_config(batch, 4, 8, D, limits=limits, fold=fold)
-                # the split grid is a whole number of waves of what fits on a multiprocessor
-                per_sm = programs_per_sm(D, cfg.block_h, fold, limits, block_n=cfg.block_n)
-                assert cfg.num_splits * batch * 4 <= max(per_sm * limits.num_sms, batch * 4)
+                for hkv, ratio in ((4, 8), (1, 24), (2, 32), (1, 48)):
+                    cfg = decode_launch_config(batch, hkv, ratio, D, limits=limits, fold=fold)
+                    # the split grid is a whole number of waves of what fits on a multiprocessor
+                    per_sm = programs_per_sm(D, cfg.block_h, fold, limits, block_n=cfg.block_n)
+                    programs = batch * hkv * -(-ratio // cfg.block_h)
+                    assert cfg.num_splits * programs <= max(per_sm * limits.num_sms, programs)
     assert limits.pdl == (limits.capability[0] == 9)     # dependent launches only where measured
 
 

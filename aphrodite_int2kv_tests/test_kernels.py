@@ -287,13 +287,19 @@ def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits, table_ahead)
     assert torch.isfinite(out).all()
 
 
-@pytest.mark.parametrize("D,G,Hq,Hkv,batch", [(128, 32, 32, 4, 3), (128, 64, 12, 2, 1), (64, 32, 8, 8, 5),
-                                               (256, 64, 16, 2, 2), (256, 32, 48, 2, 1)])
+@pytest.mark.parametrize("D,G,Hq,Hkv,batch", [
+    (128, 32, 32, 4, 3), (128, 64, 12, 2, 1), (64, 32, 8, 8, 5), (256, 64, 16, 2, 2), (256, 32, 48, 2, 1),
+    (128, 64, 24, 1, 3),    # ratio 24: one 32-row tile in two-warp programs, 8 rows masked
+    (128, 32, 40, 2, 2),    # ratio 20: the 32-row tile, 12 rows masked, two KV heads
+    (64, 32, 48, 2, 2),     # ratio 24 at head_dim 64: two 16-row tiles, the second half masked
+    (256, 64, 32, 1, 2),    # ratio 32 at head_dim 256: two 16-row tiles
+    (128, 64, 48, 1, 1)])   # ratio 48: three 16-row tiles
 @pytest.mark.parametrize("fold", [True, False])
 def test_decode_with_the_engine_launch_config(D, G, Hq, Hkv, batch, fold):
-    """The launch shape the engine uses (one-warp programs, 8-row head tiles, many splits, so some
-    splits are empty at these lengths; block-table entries a tile ahead where it picks them) against
-    the reference, in bf16 as the engine runs it, with either tile."""
+    """The launch shape the engine uses (head tiles of 8, 16 or 32 rows in one- or two-warp
+    programs, many splits, so some splits are empty at these lengths; block-table entries a tile
+    ahead where it picks them) against the reference, in bf16 as the engine runs it, with either
+    tile."""
     # the GPU's own limits (or those APHRODITE_INT2KV_DEVICE_LIMITS names); fewer multiprocessors
     # under the (serial) interpreter
     limits = device_limits(DEVICE)
@@ -307,6 +313,19 @@ def test_decode_with_the_engine_launch_config(D, G, Hq, Hkv, batch, fold):
     out = int2_decode(q, cache, bt, sl, L, D ** -0.5, cfg.num_splits, **cfg.kwargs())   # the tile included
     ref = R.decode_reference(q.float(), cache, bt, sl, L, D ** -0.5, folded=fold)
     torch.testing.assert_close(out.float(), ref, atol=2e-2, rtol=0)
+
+
+def test_head_tiles_by_ratio_and_head_dim():
+    """Tiles of 8 rows up to ratio 8, 16 up to 16; 32 rows (two warps) for ratios 17-32 at head_dim
+    128 only; never a tile that would hold two KV groups' heads (the mapping masks the rest)."""
+    from aphrodite_int2kv.kernels.decode import block_h_for, split_warps
+    assert [block_h_for(r, 128) for r in (1, 8, 9, 16, 17, 24, 32, 33, 48)] == [8, 8, 16, 16, 32, 32, 32, 16, 16]
+    assert [block_h_for(r, D) for r in (24, 32) for D in (64, 256)] == [16, 16, 16, 16]
+    assert [split_warps(128, b) for b in (8, 16, 32)] == [1, 1, 2]
+    for D in (64, 128, 256):
+        for ratio in range(1, 65):
+            cfg = decode_launch_config(8, 1, ratio, D)
+            assert cfg.block_h == block_h_for(ratio, D) and cfg.num_warps == split_warps(D, cfg.block_h)
 
 
 def test_decode_launch_config_depends_on_batch_only():

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """The plots in docs/, as plain SVG (no plotting library), from the result files.
 
-  python3 benchmarks/plots.py {capacity,decode,quality,engine,all} [--src FILE] [--out FILE]
+  python3 benchmarks/plots.py {capacity,decode,quality,engine,gqa,all} [--src FILE] [--out FILE]
 
 capacity: docs/capacity.svg from benchmarks/results/kv_capacity_h200.json: the engine-reported KV capacity (GPU KV cache tokens at the benchmark's max_model_len) of each KV dtype as a multiple of bf16's on the same model, context and GPU share. Plain SVG, no plotting library.
 decode: docs/decode.svg from benchmarks/results/decode_attention_h200.json: int2 decode speedup over the fastest bf16 kernel (and over aphrodite's own bf16 Triton decode) by batch, one panel per head_dim x context. Plain SVG, no plotting library.
+gqa: docs/decode_gqa.svg from benchmarks/results/decode_gqa_d{128,256}_h200.json (--src with {D}): int2 decode speedup over the fastest bf16 by query-to-KV-head ratio and KV-head count.
 quality: docs/quality.svg from benchmarks/results/quality_smollm2.json: perplexity increase vs full precision per scheme (log scale), full window and late half. Plain SVG, no plotting library.
 """
 
@@ -192,7 +193,59 @@ def plot_engine(src, out):
     open(out, "w").write("\n".join(svg) + "\n")
 
 
-PLOTS = {"capacity": (plot_capacity, "benchmarks/results/kv_capacity_h200.json", "docs/capacity.svg"), "decode": (plot_decode, "benchmarks/results/decode_attention_h200.json", "docs/decode.svg"), "quality": (plot_quality, "benchmarks/results/quality_smollm2.json", "docs/quality.svg"), "engine": (plot_engine, "benchmarks/results/engine_eval_smollm2_h200.json", "docs/quality_engine.svg")}
+def plot_gqa(src, out):
+    """docs/decode_gqa.svg from benchmarks/results/decode_gqa_d{128,256}_h200.json: the int2 decode's
+    speedup over the fastest bf16 kernel by query-to-KV-head ratio, one line per KV-head count, the
+    lowest of 32K / 128K x batch 8 / 32, one panel per head_dim. Plain SVG, no plotting library."""
+    panels = []
+    for D in (128, 256):
+        rows = json.load(open(src.replace("{D}", str(D))))
+        worst = {}
+        for r in rows:
+            key = (r["num_q_heads"] // r["num_kv_heads"], r["num_kv_heads"])
+            worst[key] = min(worst.get(key, 99.0), r["speedup"])
+        panels.append((D, worst))
+    ratios = sorted({k[0] for _, w in panels for k in w if k[0] <= 32})
+    colors = {1: "#3b6ea5", 2: "#e08a2c", 4: "#4a9a4a", 8: "#a04aa0"}
+    PW, PH, top, left = 380, 230, 60, 50
+    W, H = left + 2 * (PW + 30), top + PH + 60
+    ymax = 5.0
+
+    def y(v):
+        return top + PH - min(v, ymax) / ymax * PH
+
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+           '<text x="10" y="18" font-size="14">int2 decode on one H200 vs the fastest bf16, by query heads per KV head '
+           '(lowest of 32K/128K x batch 8/32)</text>']
+    for i, (h, c) in enumerate(colors.items()):
+        svg.append(f'<rect x="{10 + i * 110}" y="28" width="10" height="10" fill="{c}"/>'
+                   f'<text x="{25 + i * 110}" y="37">{h} KV head{"s" if h > 1 else ""}</text>')
+    for p, (D, worst) in enumerate(panels):
+        x0 = left + p * (PW + 30)
+        svg.append(f'<text x="{x0}" y="{top - 6}">head_dim {D}</text>')
+        svg.append(f'<rect x="{x0}" y="{top}" width="{PW}" height="{PH}" fill="none" stroke="#999"/>')
+        for v in (1, 3):
+            svg.append(f'<line x1="{x0}" x2="{x0 + PW}" y1="{y(v):.1f}" y2="{y(v):.1f}" stroke="#555" '
+                       f'stroke-dasharray="4,3"/><text x="{x0 - 22}" y="{y(v) + 4:.1f}">{v}x</text>')
+
+        def x(i):
+            return x0 + (i + 0.5) * PW / len(ratios)
+
+        for i, r in enumerate(ratios):
+            svg.append(f'<text x="{x(i) - 6:.1f}" y="{top + PH + 14}">{r}</text>')
+        svg.append(f'<text x="{x0 + PW / 2 - 60:.1f}" y="{top + PH + 30}">query heads per KV head</text>')
+        for h, c in colors.items():
+            pts = [(x(i), y(worst[(r, h)])) for i, r in enumerate(ratios) if (r, h) in worst]
+            svg.append('<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>'
+                       % (c, " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)))
+            for (a, b), r in zip(pts, [r for r in ratios if (r, h) in worst]):
+                svg.append(f'<circle cx="{a:.1f}" cy="{b:.1f}" r="2.5" fill="{c}"><title>ratio {r}, {h} KV: '
+                           f'{worst[(r, h)]:.2f}x</title></circle>')
+    svg.append("</svg>")
+    open(out, "w").write("\n".join(svg) + "\n")
+
+
+PLOTS = {"capacity": (plot_capacity, "benchmarks/results/kv_capacity_h200.json", "docs/capacity.svg"), "decode": (plot_decode, "benchmarks/results/decode_attention_h200.json", "docs/decode.svg"), "quality": (plot_quality, "benchmarks/results/quality_smollm2.json", "docs/quality.svg"), "engine": (plot_engine, "benchmarks/results/engine_eval_smollm2_h200.json", "docs/quality_engine.svg"), "gqa": (plot_gqa, "benchmarks/results/decode_gqa_d{D}_h200.json", "docs/decode_gqa.svg")}
 
 
 def main():

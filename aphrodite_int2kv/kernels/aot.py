@@ -190,6 +190,21 @@ def engine_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list[Laun
             # the occupancy the split count was planned for (decode.programs_per_sm)
             found[-2].budget = (split_registers(D, cfg.block_h, fold)[0],
                                 split_shared(D, G, cfg.block_n, cfg.num_stages))
+        # few KV heads, many query heads (tensor parallelism, multi-query models): ratio 24 on one
+        # KV head takes the large head tiles (decode.block_h_for, split_warps)
+        few_cache = _cache(64, bs, 1, layout)
+        for batch in (8, 64):
+            cfg = decode_launch_config(batch, 1, 24, D, limits=limits)
+            q = torch.zeros(batch, 24, D, dtype=dt)
+            w = (torch.zeros(32, 16, 1, D, dtype=dt), torch.zeros(32, 16, 1, D, dtype=dt),
+                 torch.zeros(batch, 4, dtype=torch.int32), 128)
+            catch(f"decode b{batch} 24q/1kv",
+                  lambda: int2_decode(q, few_cache, torch.zeros(batch, 8, dtype=torch.int32),
+                                      torch.full((batch,), 100, dtype=torch.int32), layout, 0.1, cfg.num_splits,
+                                      **cfg.kwargs(), sinks=4, k_center=torch.zeros(batch, 1, D), window=w,
+                                      limits=limits))
+            found[-2].budget = (split_registers(D, cfg.block_h, True)[0],
+                                split_shared(D, G, cfg.block_n, cfg.num_stages))
         # prefill with and without the window, uniform and Lloyd-Max levels
         T = 64
         q = torch.zeros(T, hq, D, dtype=dt)

@@ -414,14 +414,15 @@ def pick_num_splits(batch: int, programs_per_seq: int, max_seq_len: int, num_sms
 
 def block_h_for(ratio: int, head_dim: int = 128) -> int:
     """Query-head tile: the whole group when it has <= 8 heads (tl.dot pads M to the tensor-core
-    tile, but softmax and accumulators stay at 8 rows), else 16; at head_dim <= 128, 32 when the
+    tile, but softmax and accumulators stay at 8 rows), else 16; at head_dim 128, 32 when the
     whole group fits (ratios 17..32: each page read once per KV head, in two-warp programs,
-    split_warps). At head_dim 256 a 32-row tile does not fit one program's registers (the folded
-    tile spilled 392 B; the H200 ran 32 q / 1 kv heads at 32K, batch 32 in 728 us with it, in 184
-    with two tiles of 16: benchmarks/results/decode_gqa_h200.json)."""
+    split_warps). At head_dim 256 a one-warp 32-row tile spilled 392 B: the H200 ran 32 q / 1 kv
+    heads at 32K, batch 32 in 728 us with it, in 184 with two tiles of 16 (a launch sweep; the
+    plan's table: benchmarks/results/decode_gqa_d256_h200.json). At head_dim 64 the
+    two-warp 32-row tile spills on sm_120 (kernels/aot.py), and was never timed: tiles of 16."""
     if ratio <= 8:
         return 8
-    if ratio <= 16 or ratio > 32 or head_dim > 128:
+    if ratio <= 16 or ratio > 32 or head_dim != 128:
         return 16
     return 32
 
@@ -461,7 +462,7 @@ class DecodeLaunch:
 # The split tile's registers per thread (benchmarks/sass_report.py; the ahead-of-time check, aot.py,
 # compiles each tile for every target GPU and fails where one takes more than planned here) and how
 # many waves of resident programs its grid holds: the folded 8-head tile at head_dim 128 takes 168
-# (capped: decode_launch_config), the per-code tile and 16-head tiles 255, head_dim 64 up to 194
+# (capped: decode_launch_config), the per-code tile and 16-head tiles 255, head_dim 64 up to 194 (237 for 16 heads)
 # (sm_86 / 89 / 120; 192 on sm_90: ten programs per multiprocessor, one wave). One wave where the
 # programs share the batch's tiles evenly (a second no longer balances ragged lengths: one wave was
 # 2-9 % faster at 4K-32K, batch 8-32, 1-2 % slower at 128K, batch 32-64); two for the 255-register
@@ -471,7 +472,8 @@ def split_registers(head_dim: int, block_h: int, fold: bool) -> tuple[int, int]:
     if block_h >= 32:
         return 255, 1       # two-warp 32-row programs: four per multiprocessor on the H200, one wave
     if head_dim <= 64:
-        return 200, 1
+        # the 16-row tile takes 224-237 (aot.py): 8 programs per multiprocessor on the H200
+        return (200, 1) if block_h <= 8 else (255, 1)
     if head_dim <= 128:
         return (168, 1) if fold and block_h <= 8 else (255, 2)
     return 255, 1
