@@ -28,7 +28,8 @@ def test_greedy_agreement_counts_tokens_before_the_first_difference():
 
 def test_answers_are_the_final_answer_only():
     assert E.extract_answer(" 4821.\nQuestion: 1234") == "4821"
-    assert E.extract_answer(" fox, owl and the goat.\nThe next") == "fox, owl, and, the, goat"
+    assert E.extract_answer(" fox, owl and the goat.\nThe next") == "fox, owl, goat"
+    assert E.score_answer("order", E.extract_answer(" fox, then the owl and a goat"), "fox, owl, goat")
     assert E.score_answer("order", "fox, owl, goat, and", "fox, owl, goat")
     assert not E.score_answer("order", "owl, fox, goat", "fox, owl, goat")
     assert not E.score_answer("order", "fox, owl", "fox, owl, goat")

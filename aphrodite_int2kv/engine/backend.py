@@ -548,14 +548,15 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         if win is not None:
             wtable = (ring_window(m, win[2], m.slot_mapping, n, self.window, win[0].shape[1])[0] if win[2].ring
                       else win[2].block_table)
+        limits = device_limits(query.device)      # the launch planners' GPU (read once per device)
         if m.num_decodes:
             # The launch shape depends on the batch only, so CUDA-graph capture and replay match.
             cfg = decode_launch_config(m.num_decodes, self.num_kv_heads, self.num_heads // self.num_kv_heads,
                                        self.head_size, fold=self.opts.fold_decode,
-                                       limits=device_limits(query.device), group_size=self.layout.group_size)
+                                       limits=limits, group_size=self.layout.group_size)
             int2_decode(q[:nd], cache, m.block_table[:m.num_decodes], m.seq_lens[:m.num_decodes],
                         self.layout, self.scale, cfg.num_splits, out=out_rot[:nd], lloyd_max=self.opts.lloyd_max,
-                        **cfg.kwargs(), sinks=sinks,
+                        **cfg.kwargs(), sinks=sinks, limits=limits,
                         k_center=_rows(center, 0, m.num_decodes) if sinks else None,
                         window=(win[0], win[1], wtable[:m.num_decodes], self.window) if win else None)
         if m.num_prefills:
@@ -570,7 +571,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             qsl = m.query_start_loc[m.num_decodes:] - m.query_start_loc[m.num_decodes]
             int2_prefill(q[nd:], k, v, cache, m.block_table[m.num_decodes:], qsl.to(torch.int32),
                          m.seq_lens[m.num_decodes:], m.max_query_len, self.layout, self.scale,
-                         out=out_rot[nd:], lloyd_max=self.opts.lloyd_max, sinks=sinks,
+                         out=out_rot[nd:], lloyd_max=self.opts.lloyd_max, sinks=sinks, limits=limits,
                          k_center=_rows(center, m.num_decodes, None) if sinks else None,
                          window=(win[0], win[1], wtable[m.num_decodes:], self.window) if win else None)
             if win is not None and win[2].ring:

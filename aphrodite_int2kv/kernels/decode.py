@@ -502,6 +502,9 @@ def programs_per_sm(head_dim: int, block_h: int, fold: bool, limits: DeviceLimit
     return waves * limits.resident(regs, split_warps(head_dim, block_h), smem)
 
 
+SPLIT_STAGES = 3    # tiles of slots in flight per split program (Triton's pipeliner; split_shared)
+
+
 # Split launches whose shares average at most this many positions (and at least 32) deal and read
 # tiles of 32 at head_dim <= 128 (folded; int2_decode short_n). Tiles of 64 cost less per position,
 # but the wave waits for the largest share, a tile over the mean. On the H200 (head_dim 128,
@@ -532,7 +535,7 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     tiles = -(-ratio // block_h)
     programs_per_split = max(1, batch * num_kv_heads * tiles)
     block_n = split_block_n(head_dim)
-    per_sm = programs_per_sm(head_dim, block_h, fold, limits, group_size, block_n, 3)
+    per_sm = programs_per_sm(head_dim, block_h, fold, limits, group_size, block_n, SPLIT_STAGES)
     num_sms = limits.num_sms if num_sms is None else num_sms
     splits = per_sm * num_sms // programs_per_split
     if max_seq_len is not None:
@@ -562,9 +565,10 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
         # short shares in tiles of 32 (int2_decode short_n): at 32K, batch 8 the programs hold
         # 10.45 tiles of 64 on average and the wave waits for those with 11 (SHORT_SHARE)
         short = dict(short_n=32, short_units=SHORT_SHARE // 32) if fold else {}
-        return DecodeLaunch(splits, block_n, split_warps(head_dim, block_h), 3, block_h, table_ahead, fold, cap,
-                            chain_tail, **short, **merge)
-    return DecodeLaunch(splits, block_n, 1, 3, block_h, table_ahead, fold, None, chain_tail, **merge)
+        return DecodeLaunch(splits, block_n, split_warps(head_dim, block_h), SPLIT_STAGES, block_h, table_ahead,
+                            fold, cap, chain_tail, **short, **merge)
+    return DecodeLaunch(splits, block_n, split_warps(head_dim, block_h), SPLIT_STAGES, block_h, table_ahead, fold,
+                        None, chain_tail, **merge)
 
 
 TAIL_N = 32     # window tokens per tail program (and the sinks' tile)

@@ -21,7 +21,7 @@ from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
 from aphrodite_int2kv.kernels.common import LOG2E, empty_state, int2_span, query_dot_center, softmax_step, window_span
 from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.decode import _window_args, center_args, dot_dtype
-from aphrodite_int2kv.kernels.limits import DeviceLimits, device_limits
+from aphrodite_int2kv.kernels.limits import KB, DeviceLimits, device_limits
 
 
 # The engine passes its per-request tensors sliced after the decodes (seq_lens[num_decodes:], ...):
@@ -139,7 +139,6 @@ class PrefillLaunch:
 # takes more than listed here.
 PREFILL_LAUNCHES = (PrefillLaunch(64, 64, 3), PrefillLaunch(64, 32, 3), PrefillLaunch(32, 32, 3),
                     PrefillLaunch(32, 32, 2), PrefillLaunch(16, 32, 2))
-KB = 1024
 SHARED = {   # (hopper, head_dim) -> bytes per block of each PREFILL_LAUNCHES entry
     (True, 64): (42 * KB, 25 * KB, 20 * KB, 12 * KB, 10 * KB),
     (False, 64): (40 * KB, 24 * KB, 20 * KB, 12 * KB, 10 * KB),

@@ -109,11 +109,7 @@ def _kv_spec() -> str:
     def get_kv_cache_spec(self, aphrodite_config):
         if self.kv_cache_dtype != INT2:
             return orig(self, aphrodite_config)
-        if self.sliding_window is not None:
-            from aphrodite_int2kv.engine.kv_api import SLIDING_WINDOW_MODELS
-            from aphrodite_int2kv.int2.format import Int2ConfigError
-
-            raise Int2ConfigError(f"{SLIDING_WINDOW_MODELS} (layer {self.layer_name}, window {self.sliding_window})")
+        # (a sliding-window int2 layer never gets here: its backend refused it at build time)
         return int2_spec(aphrodite_config.cache_config.block_size, self.num_kv_heads, self.head_size)
 
     Attention.get_kv_cache_spec = mark(get_kv_cache_spec)

@@ -117,12 +117,16 @@ def first_divergence(ref: list[int], other: list[int]) -> int:
 
 def extract_answer(text: str) -> str:
     """The final answer: the first number in the continuation, or its first line's words for the
-    ordered-list items (scored as a comma-separated list)."""
+    ordered-list items (scored as a comma-separated list; the words that join a list -- "and",
+    "the", "then" -- are not items)."""
     m = re.search(r"\d+", text)
     if m:
         return m.group(0)
     line = text.strip().split("\n", 1)[0]
-    return ", ".join(w for w in re.findall(r"[a-z]+", line.lower()))
+    return ", ".join(w for w in re.findall(r"[a-z]+", line.lower()) if w not in LIST_WORDS)
+
+
+LIST_WORDS = {"and", "the", "then", "a", "an"}
 
 
 def score_answer(kind: str, got: str, want: str) -> bool:
