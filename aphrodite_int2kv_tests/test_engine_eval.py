@@ -63,3 +63,28 @@ def test_gguf_names_map_onto_the_llama_checkpoint():
     assert E.hf_name("blk.0.ffn_down.weight") == "model.layers.0.mlp.down_proj.weight"
     with pytest.raises(ValueError, match="unexpected GGUF tensor"):
         E.hf_name("blk.0.attn_qkv.weight")
+
+
+def test_the_engines_own_kv_dtypes_can_be_compared(engine):
+    """--kv takes any KV-cache dtype the installed engine offers by its own name (its CacheDType):
+    the turboquant presets and per-token-head caches of the side-by-side; bf16 and fp8 run on the
+    engine's Triton backend, turboquant on the backend the engine picks for it."""
+    offered = E.engine_kv_dtypes()
+    assert {"auto", "fp8", "turboquant_k8v4", "turboquant_3bit_nc"} <= set(offered)
+    assert E.kv_config("bf16") == ("auto", {}) and E.kv_config("int2-no-window")[0] == "int2"
+    assert E.kv_config("turboquant_k8v4") == ("turboquant_k8v4", {})
+    with pytest.raises(SystemExit, match="turboquant_4bit_nc"):
+        E.kv_config("int3_made_up")
+    assert E.baseline_backend("fp8") == {"attention_config": {"backend": "TRITON_ATTN"}}
+    assert E.baseline_backend("auto") == E.baseline_backend("fp8")
+    assert E.baseline_backend("turboquant_k8v4") == {} and E.baseline_backend("int2") == {}
+
+
+def test_a_refusing_dtype_reports_the_engines_reason(tmp_path):
+    log = tmp_path / "worker.log"
+    log.write_text("INFO starting\nTraceback (most recent call last):\n  File \"x.py\", line 1\n"
+                   "NotImplementedError: TurboQuant KV cache is not supported for hybrid models.\n")
+    assert E.failure_reason(str(log)) == "NotImplementedError: TurboQuant KV cache is not supported for hybrid models."
+    log.write_text("killed\n")
+    assert E.failure_reason(str(log)) == "killed"
+    assert E.failure_reason(str(tmp_path / "none.log")) == "no log"

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""KV capacity and long-context decode throughput, bf16 / fp8 / int2, in the real engine (H200).
+"""KV capacity and long-context decode throughput, bf16 / fp8 / int2 (or any KV-cache dtype the engine
+offers: turboquant_*, *_per_token_head), in the real engine (H200).
 
   python3 benchmarks/e2e_throughput.py --model-config dense8b --kv int2 --context 32768 \
       --concurrency 8 --out rows.jsonl
@@ -9,7 +10,8 @@ aphrodite with it at a fixed gpu_memory_utilization, reads the engine-reported K
 ("GPU KV cache size: N tokens" / "Maximum concurrency ... : X"), then for each concurrency C runs
 C prompts of `context` random token ids twice -- 1 output token (time to first token of the whole
 batch: the prefill) and 1 + DECODE output tokens -- and reports
-decode tokens/s = C * DECODE / (t_long - t_short). One JSON row per (kv dtype, concurrency).
+decode tokens/s = C * DECODE / (t_long - t_short). One JSON row per (kv dtype, concurrency); a
+dtype that refuses the model or fails to build it gets one row with its `error` (exit status 1).
 """
 import argparse
 import json
@@ -96,12 +98,21 @@ def main():
               max_model_len=a.context + a.decode + 16, gpu_memory_utilization=a.gpu_mem,
               enforce_eager=a.eager, seed=0, kv_cache_dtype=a.kv, enable_prefix_caching=False,
               max_num_seqs=256)
-    if a.kv != "int2":
-        kw["attention_config"] = {"backend": "TRITON_ATTN"}
+    sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
+    from aphrodite_int2kv.quality.engine_eval import baseline_backend
+    kw.update(baseline_backend(a.kv))     # Triton for bf16 / fp8; the engine's pick for turboquant
     if a.model_config == "hybrid27b":
         kw.update(language_model_only=True, gdn_prefill_backend="triton")
     t0 = time.perf_counter()
-    llm = LLM(**kw)
+    try:
+        llm = LLM(**kw)
+    except Exception as exc:    # a dtype that refuses the model, or crashes building it: its result
+        row = dict(model=a.model_config, kv_cache_dtype=a.kv, context_len=a.context, gpu_memory_utilization=a.gpu_mem,
+                   cuda_graphs=not a.eager, error=f"{type(exc).__name__}: {str(exc)[:400]}")
+        print("ROW " + json.dumps(row), flush=True)
+        with open(a.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+        return 1
     init_s = time.perf_counter() - t0
     cap_lines = list(handler.lines)
     kv_tokens = max_conc = None
@@ -117,7 +128,6 @@ def main():
         print("   engine:", line[:300], flush=True)
 
     import torch
-    sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
     from benchmarks.decode_attention import ragged_lengths
     g = torch.Generator().manual_seed(0)
     # warm-up: Triton compiles the prefill/decode kernels at first use; keep that out of the timing

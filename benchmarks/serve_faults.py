@@ -156,7 +156,7 @@ def server_command(model_dir, kv, port, max_model_len, extra=()) -> list[str]:
     cmd += ["run", model_dir, "--host", "127.0.0.1", "--port", str(port), "--served-model-name", MODEL_NAME,
             "--load-format", "dummy", "--dtype", "bfloat16", "--kv-cache-dtype", kv,
             "--max-model-len", str(max_model_len), "--no-enable-prefix-caching", "--seed", "0", *extra]
-    if kv != "int2":
+    if kv != "int2" and not kv.startswith("turboquant_"):   # (quality/engine_eval.py baseline_backend)
         cmd += ["--attention-backend", "TRITON_ATTN"]
     return cmd
 

@@ -26,6 +26,43 @@ CONFIGS = {
     "int2-no-window": ("int2", {"APHRODITE_INT2KV_RECENT_WINDOW": "0"}),
     "fp8": ("fp8", {}),
 }
+
+
+def engine_kv_dtypes() -> list[str]:
+    """The --kv-cache-dtype values the installed engine offers (its CacheDType), int2 included
+    once the plugin is registered."""
+    import typing
+
+    from aphrodite.config import cache
+
+    return list(typing.get_args(cache.CacheDType))
+
+
+def kv_config(label: str, offered: list[str] | None = None) -> tuple[str, dict]:
+    """(--kv-cache-dtype, extra environment) of a --kv label: ours (CONFIGS), or any dtype the
+    engine offers by its own name (turboquant_k8v4, int8_per_token_head, ...)."""
+    if label in CONFIGS:
+        return CONFIGS[label]
+    offered = engine_kv_dtypes() if offered is None else offered
+    if label not in offered:
+        raise SystemExit(f"--kv: {label!r} is neither one of {', '.join(CONFIGS)} nor a KV-cache dtype this "
+                         f"engine offers ({', '.join(d for d in offered if d != 'auto')})")
+    return label, {}
+
+
+def baseline_backend(kv_dtype: str) -> dict:
+    """attention_config for an engine dtype: the engine's Triton backend where it supports the dtype
+    (FlashAttention is not on every install), else the engine's own choice (TurboQuant's backend
+    for its presets); {} for int2 (the plugin's backend)."""
+    if kv_dtype == "int2":
+        return {}
+    from aphrodite.v1.attention.backends.triton_attn import TritonAttentionBackend
+
+    if kv_dtype in TritonAttentionBackend.supported_kv_cache_dtypes:
+        return {"attention_config": {"backend": "TRITON_ATTN"}}
+    return {}
+
+
 HF_NAMES = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm",
             "attn_q": "self_attn.q_proj", "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj",
             "attn_output": "self_attn.o_proj", "ffn_gate": "mlp.gate_proj", "ffn_up": "mlp.up_proj",
@@ -198,8 +235,7 @@ def worker(model_dir: str, kv_dtype: str, plan: dict, ref: dict | None, chunk: i
               max_model_len=8192, max_num_batched_tokens=chunk, enable_chunked_prefill=True,
               enable_prefix_caching=False, gpu_memory_utilization=0.5, enforce_eager=not graphs, seed=0,
               max_num_seqs=16)
-    if kv_dtype != "int2":      # the engine's Triton backend (FlashAttention is not on every install)
-        kw["attention_config"] = {"backend": "TRITON_ATTN"}
+    kw.update(baseline_backend(kv_dtype))
     llm = LLM(**kw)
 
     def prompts(seqs):
@@ -246,7 +282,9 @@ def add_arguments(p):
     p.add_argument("--engine", action="store_true",
                    help="run the real engine on the GPU, one process per KV dtype (this module)")
     p.add_argument("--model-dir", default=None, help="where the Llama checkpoint is written (default: cache)")
-    p.add_argument("--kv", default=",".join(CONFIGS), help=f"dtypes to compare, of {', '.join(CONFIGS)}")
+    p.add_argument("--kv", default=",".join(CONFIGS),
+                   help=f"dtypes to compare, bf16 first: {', '.join(CONFIGS)}, or any KV-cache dtype the engine "
+                        "offers by its name (e.g. turboquant_k8v4, int8_per_token_head)")
     p.add_argument("--chunk", type=int, default=64, help="prefill chunk (max_num_batched_tokens)")
     p.add_argument("--greedy-tokens", type=int, default=256)
     p.add_argument("--items", type=int, default=10, help="long-context items per kind")
@@ -259,9 +297,7 @@ def run_engine(args) -> int:
     from aphrodite_int2kv.quality import assets
 
     labels = [s.strip() for s in args.kv.split(",") if s.strip()]
-    for s in labels:
-        if s not in CONFIGS:
-            raise SystemExit(f"--kv: {s!r} is not one of {', '.join(CONFIGS)}")
+    configs = {s: kv_config(s) for s in labels}
     if labels[0] != "bf16":
         raise SystemExit("--kv: bf16 must come first (the others are compared against it)")
     work = args.model_dir or os.path.join(assets.cache_dir(), "smollm2-135m-llama")
@@ -276,7 +312,7 @@ def run_engine(args) -> int:
     print(f"[eval --engine] checkpoint and plan in {time.time() - t0:.0f}s: {work}", file=sys.stderr, flush=True)
     results = {}
     for i, label in enumerate(labels):
-        dtype, env = CONFIGS[label]
+        dtype, env = configs[label]
         out = os.path.join(work, f"result_{label}.json")
         if os.path.exists(out):
             os.remove(out)
@@ -286,12 +322,17 @@ def run_engine(args) -> int:
             cmd.append(os.path.join(work, "result_bf16.json"))
         print(f"[{i + 1}/{len(labels)}] {label}: --kv-cache-dtype {dtype} {env or ''}", file=sys.stderr, flush=True)
         t = time.time()
+        log = os.path.join(work, f"worker_{label}.log")
         try:
-            rc = subprocess.run(cmd, env={**os.environ, **env}, timeout=args.worker_timeout).returncode
+            with open(log, "w") as f:
+                rc = subprocess.run(cmd, env={**os.environ, **env}, timeout=args.worker_timeout,
+                                    stdout=f, stderr=subprocess.STDOUT).returncode
         except subprocess.TimeoutExpired:
             rc = f"timed out after {args.worker_timeout} s"
         if rc or not os.path.exists(out):
-            results[label] = {"error": f"worker exited {rc}"}
+            # a dtype that refuses the model or crashes: that is its result, with the engine's reason
+            results[label] = {"error": f"worker exited {rc}: {failure_reason(log)}"}
+            print(f"    {results[label]['error']}", file=sys.stderr, flush=True)
             continue
         with open(out) as f:
             r = json.load(f)
@@ -314,6 +355,17 @@ def run_engine(args) -> int:
         with open(args.markdown, "w") as f:
             f.write(table + "\n")
     return 0 if all(not r.get("error") for r in rows) else 1
+
+
+def failure_reason(log_path: str, lines: int = 3) -> str:
+    """The last exception lines of a worker's log (its 'XError: ...' lines), or its last lines."""
+    try:
+        with open(log_path, errors="replace") as f:
+            text = f.read().splitlines()
+    except OSError:
+        return "no log"
+    errors = [ln.strip() for ln in text if re.match(r"^\s*[A-Za-z_.]*(Error|Exception)\b.*:", ln)]
+    return " | ".join((errors or [ln.strip() for ln in text if ln.strip()])[-lines:])[:600]
 
 
 def _worker_main(argv):
