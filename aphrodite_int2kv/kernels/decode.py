@@ -462,11 +462,11 @@ class DecodeLaunch:
 # The split tile's registers per thread (benchmarks/sass_report.py; the ahead-of-time check, aot.py,
 # compiles each tile for every target GPU and fails where one takes more than planned here) and how
 # many waves of resident programs its grid holds: the folded 8-head tile at head_dim 128 takes 168
-# (capped: decode_launch_config), the per-code tile and 16-head tiles 255, head_dim 64 up to 194 (237 for 16 heads)
-# (sm_86 / 89 / 120; 192 on sm_90: ten programs per multiprocessor, one wave). One wave where the
-# programs share the batch's tiles evenly (a second no longer balances ragged lengths: one wave was
-# 2-9 % faster at 4K-32K, batch 8-32, 1-2 % slower at 128K, batch 32-64); two for the 255-register
-# tiles at head_dim 128, as tuned.
+# (capped: decode_launch_config), the per-code tile and 16-head tiles 255, head_dim 64 up to 194
+# for 8 heads (sm_86 / 89 / 120; 192 on sm_90: ten programs per multiprocessor, one wave), 237 for
+# 16. One wave where the programs share the batch's tiles evenly (a second no longer balances ragged
+# lengths: one wave was 2-9 % faster at 4K-32K, batch 8-32, 1-2 % slower at 128K, batch 32-64); two
+# for the 255-register tiles at head_dim 128, as tuned.
 def split_registers(head_dim: int, block_h: int, fold: bool) -> tuple[int, int]:
     """(registers per thread, waves) of the split launch's programs (split_warps warps each)."""
     if block_h >= 32:
@@ -490,8 +490,12 @@ def split_block_n(head_dim: int) -> int:
     return 64 if head_dim <= 128 else 32
 
 
+SPLIT_STAGES = 3    # tiles of slots in flight per split program (Triton's pipeliner; split_shared)
+
+
 def programs_per_sm(head_dim: int, block_h: int, fold: bool, limits: DeviceLimits = H200,
-                    group_size: int | None = None, block_n: int | None = None, num_stages: int = 3) -> int:
+                    group_size: int | None = None, block_n: int | None = None,
+                    num_stages: int = SPLIT_STAGES) -> int:
     """Split programs per multiprocessor: `waves` whole waves of the programs resident at once on
     `limits`' GPU, by registers (split_registers), warps (split_warps) and shared memory
     (split_shared). On the H200: 10 at head_dim 64, 12 for the folded 8-head tile at 128 (16
@@ -500,9 +504,6 @@ def programs_per_sm(head_dim: int, block_h: int, fold: bool, limits: DeviceLimit
     smem = split_shared(head_dim, group_size or default_group_size(head_dim), block_n or split_block_n(head_dim),
                         num_stages)
     return waves * limits.resident(regs, split_warps(head_dim, block_h), smem)
-
-
-SPLIT_STAGES = 3    # tiles of slots in flight per split program (Triton's pipeliner; split_shared)
 
 
 # Split launches whose shares average at most this many positions (and at least 32) deal and read
@@ -518,9 +519,9 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
                          num_sms: int | None = None, max_seq_len: int | None = None, fold: bool = True,
                          limits: DeviceLimits = H200, group_size: int | None = None) -> DecodeLaunch:
     """Launch shape of the split-KV decode, from the H200 sweeps in benchmarks/results/
-    (launch-shape sweeps on the H200): one-warp programs (no cross-warp
-    softmax reductions; two warps for the 32-row tile, split_warps) of 64 tokens at head_dim <= 128, of 32 tokens at head_dim 256 (17 % faster
-    than two-warp programs of 64 there). The split count gives programs_per_sm programs per
+    (launch-shape sweeps on the H200): one-warp programs (no cross-warp softmax reductions; two
+    warps for the 32-row tile, split_warps) of 64 tokens at head_dim <= 128, of 32 tokens at
+    head_dim 256 (17 % faster than two-warp programs of 64 there). The split count gives programs_per_sm programs per
     multiprocessor, *rounded down*: a grid just past a whole number of waves pays a whole extra
     program time (17 splits at batch 32 with 4 KV heads cost 13 % over 16 once the lengths divided
     evenly, at 8 programs per wave).
