@@ -3,7 +3,21 @@ import math
 
 import pytest
 
-from benchmarks.decode_attention import ragged_lengths, window_pages
+from benchmarks.decode_attention import CONFIG_SETS, expand_configs, ragged_lengths, window_pages
+
+
+def test_named_shape_sets_cover_every_ratio_and_kv_head_count():
+    """--configs ratios-d128 / ratios-d256: ratios 1-32 at 1, 2, 4, 8 KV heads, each shape once;
+    sets and explicit shapes mix in order; a shape whose heads do not divide is refused."""
+    shapes = expand_configs("ratios-d128")
+    assert len(shapes) == 32 and {D for _, _, D in shapes} == {128}
+    assert {(hq // hkv, hkv) for hq, hkv, _ in shapes} == {(r, h) for r in (1, 2, 4, 8, 12, 16, 24, 32)
+                                                           for h in (1, 2, 4, 8)}
+    assert expand_configs("32/4/128,ratio8")[0] == (32, 4, 128) and len(expand_configs("ratio8,32/4/128")) == 2
+    tp = expand_configs("tp")
+    assert all(hq % hkv == 0 for hq, hkv, _ in tp) and len(tp) == len(CONFIG_SETS["tp"].split(","))
+    with pytest.raises(SystemExit, match="not a multiple"):
+        expand_configs("12/5/128")
 
 
 @pytest.mark.parametrize("batch,max_len,R,wbs", [(3, 1000, 128, 48), (2, 100, 128, 48), (1, 48, 1, 48), (4, 4096, 96, 48)])
