@@ -80,7 +80,8 @@ def test_the_server_command_parses_with_the_engines_own_arguments(engine, tmp_pa
 
     aphrodite_int2kv.register()
     for name, kv in (("serve-dense8b", "int2"), ("serve-hybrid27b", "auto")):
-        cmd = S.server_command(str(tmp_path / name), kv, 8011, 40960, ["--num-gpu-blocks-override", "64"])
+        cmd = S.server_command(str(tmp_path / name), kv, 8011, 4096,
+                               ["--num-gpu-blocks-override", "64", "--block-size", "128"])
         args = cmd[cmd.index("run") + 1:]
         engine_args = ["--model", args[0]]
         rest = args[1:]
@@ -92,7 +93,7 @@ def test_the_server_command_parses_with_the_engines_own_arguments(engine, tmp_pa
             engine_args.append(rest[i])
             i += 1
         parsed = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser()).parse_args(engine_args)
-        assert parsed.kv_cache_dtype == kv and parsed.num_gpu_blocks_override == 64
+        assert parsed.kv_cache_dtype == kv and parsed.num_gpu_blocks_override == 64 and parsed.block_size == 128
         assert parsed.enable_prefix_caching is False and parsed.load_format == "dummy"
         assert (parsed.attention_backend is None) == (kv == "int2")
         assert parsed.language_model_only == (name == "serve-hybrid27b")

@@ -13,7 +13,7 @@ tiny tokenizer of make_models.py, CUDA graphs on) and runs, bounded in count and
            (/metrics aphrodite:kv_cache_usage_perc) must be back where it started
   bad      a prompt longer than max-model-len, max_tokens 0, n too large, logprobs out of range:
            each must get an HTTP 4xx naming the problem, and a normal request must succeed after
-  preempt  a second server with a pool of --preempt-blocks blocks: the same greedy requests run
+  preempt  a second server with a pool of --preempt-blocks pages: the same greedy requests run
            one at a time, then all at once (the engine preempts and recomputes: its
            aphrodite:num_preemptions counter); the outputs must be equal
 Prints a table and writes one JSON object per dtype to --out (server logs beside it).
@@ -375,8 +375,12 @@ def bad_requests(server, args):
 
 
 def preemption(model_dir, kv, args, log_dir):
-    server = Server(model_dir, kv, args.port + 1, args.max_model_len,
-                    extra=["--num-gpu-blocks-override", str(args.preempt_blocks), *args.server_arg],
+    # pages of the same 128 tokens for every dtype on the dense model (int2's default there; the
+    # hybrid's page size comes from its GDN alignment), so the override gives bf16 and int2 the
+    # same token pool; max-model-len within it (the engine checks one request fits at start-up)
+    pages = [] if model_dir.endswith("serve-hybrid27b") else ["--block-size", "128"]
+    server = Server(model_dir, kv, args.port + 1, args.preempt_max_len,
+                    extra=["--num-gpu-blocks-override", str(args.preempt_blocks), *pages, *args.server_arg],
                     log=os.path.join(log_dir, f"server_{kv}_preempt.log"))
     try:
         server.wait_ready()
@@ -428,7 +432,9 @@ def main():
     ap.add_argument("--long-len", type=int, default=32768)
     ap.add_argument("--aborts", type=int, default=200)
     ap.add_argument("--max-model-len", type=int, default=40960)
-    ap.add_argument("--preempt-blocks", type=int, default=64)
+    ap.add_argument("--preempt-blocks", type=int, default=64,
+                    help="KV pages of the preemption phase's server (of 128 tokens on the dense model)")
+    ap.add_argument("--preempt-max-len", type=int, default=4096, help="its max-model-len")
     ap.add_argument("--preempt-requests", type=int, default=12)
     ap.add_argument("--preempt-tokens", type=int, default=256)
     ap.add_argument("--sample-s", type=float, default=2.0, help="memory sampling period")
