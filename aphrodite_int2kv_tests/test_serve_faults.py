@@ -80,6 +80,8 @@ def test_the_server_command_parses_with_the_engines_own_arguments(engine, tmp_pa
 
     aphrodite_int2kv.register()
     for name, kv in (("serve-dense8b", "int2"), ("serve-hybrid27b", "auto")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"text_config": {}} if "hybrid" in name else {}))
         cmd = S.server_command(str(tmp_path / name), kv, 8011, 4096,
                                ["--num-gpu-blocks-override", "64", "--block-size", "128"])
         args = cmd[cmd.index("run") + 1:]

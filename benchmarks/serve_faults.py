@@ -146,18 +146,27 @@ def drift(samples: list[tuple[float, float, float]], skip: float = 0.2) -> dict:
 
 # ---- the server and its clients
 
+def is_hybrid(model_dir) -> bool:
+    """model_dir_for's hybrid27b: the Qwen3.5 config (a text_config with its layer types)."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        return "text_config" in json.load(f)
+
+
 def server_command(model_dir, kv, port, max_model_len, extra=()) -> list[str]:
     """`aphrodite run` on loopback with dummy weights, no prefix caching (so freed blocks show as
-    free), bf16 / fp8 on the Triton backend (FlashAttention is not carried to the H200 machine)."""
-    if os.path.basename(model_dir) == "serve-hybrid27b":   # model_dir_for's: the Qwen3.5 text model
+    free), the attention backend eval --engine uses for the dtype (quality/engine_eval.py)."""
+    from aphrodite_int2kv.quality.engine_eval import baseline_backend
+
+    if is_hybrid(model_dir):
         extra = ["--language-model-only", "--gdn-prefill-backend", "triton", *extra]
+    backend = baseline_backend(kv).get("attention_config", {}).get("backend")
+    if backend:
+        extra = [*extra, "--attention-backend", backend]
     exe = shutil.which("aphrodite")
     cmd = [exe] if exe else [sys.executable, "-m", "aphrodite.entrypoints.cli.main"]
     cmd += ["run", model_dir, "--host", "127.0.0.1", "--port", str(port), "--served-model-name", MODEL_NAME,
             "--load-format", "dummy", "--dtype", "bfloat16", "--kv-cache-dtype", kv,
             "--max-model-len", str(max_model_len), "--no-enable-prefix-caching", "--seed", "0", *extra]
-    if kv != "int2" and not kv.startswith("turboquant_"):   # (quality/engine_eval.py baseline_backend)
-        cmd += ["--attention-backend", "TRITON_ATTN"]
     return cmd
 
 
@@ -363,8 +372,7 @@ def bad_requests(server, args):
     }
     out = {}
     for name, (req, extra) in cases.items():
-        body = completion_body(dict(req, id=0), **{k: v for k, v in extra.items() if k == "temperature"})
-        body.update({k: v for k, v in extra.items() if k != "temperature"})
+        body = {**completion_body(dict(req, id=0)), **extra}
         status, result = request(server.port, "POST", "/v1/completions", body, timeout=120)
         message = result.get("error", result).get("message", "") if isinstance(result, dict) else str(result)
         out[name] = dict(status=status, message=str(message)[:300], clear=400 <= status < 500)
@@ -378,7 +386,7 @@ def preemption(model_dir, kv, args, log_dir):
     # pages of the same 128 tokens for every dtype on the dense model (int2's default there; the
     # hybrid's page size comes from its GDN alignment), so the override gives bf16 and int2 the
     # same token pool; max-model-len within it (the engine checks one request fits at start-up)
-    pages = [] if model_dir.endswith("serve-hybrid27b") else ["--block-size", "128"]
+    pages = [] if is_hybrid(model_dir) else ["--block-size", "128"]
     server = Server(model_dir, kv, args.port + 1, args.preempt_max_len,
                     extra=["--num-gpu-blocks-override", str(args.preempt_blocks), *pages, *args.server_arg],
                     log=os.path.join(log_dir, f"server_{kv}_preempt.log"))

@@ -176,34 +176,25 @@ def engine_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list[Laun
         catch("store lloyd", lambda: int2_store(kv, kv, slots, cache, layout, lloyd_max=True))
         catch("window store", lambda: window_store(kv, kv, slots, win[0], win[1]))
         catch("centers", lambda: sequence_centers(cache, table, lens, layout, 16))
-        # decode: batch 1 (small-batch merge), 8 (short shares), 64 (large-batch merge), each tile
-        for batch, fold in ((1, True), (8, True), (64, True), (8, False)):
-            cfg = decode_launch_config(batch, hkv, ratio, D, limits=limits, fold=fold)
-            q = torch.zeros(batch, hq, D, dtype=dt)
-            bt = torch.zeros(batch, 8, dtype=torch.int32)
-            sl = torch.full((batch,), 100, dtype=torch.int32)
-            w = (win[0], win[1], torch.zeros(batch, 4, dtype=torch.int32), 128)
-            catch(f"decode b{batch} {'folded' if fold else 'per-code'}",
-                  lambda: int2_decode(q, cache, bt, sl, layout, 0.1, cfg.num_splits, lloyd_max=not fold,
-                                      **cfg.kwargs(), sinks=4, k_center=torch.zeros(batch, hkv, D),
-                                      window=w, limits=limits))
+        # decode: batch 1 (small-batch merge), 8 (short shares), 64 (large-batch merge), each tile;
+        # and few KV heads with many query heads (tensor parallelism, multi-query models): ratio 24
+        # on one KV head takes the large head tiles (decode.block_h_for, split_warps)
+        decodes = [(hkv, ratio, b, fold, "folded" if fold else "per-code")
+                   for b, fold in ((1, True), (8, True), (64, True), (8, False))]
+        decodes += [(1, 24, b, True, "24q/1kv") for b in (8, 64)]
+        for heads, r, batch, fold, tag in decodes:
+            cfg = decode_launch_config(batch, heads, r, D, limits=limits, fold=fold)
+            q = torch.zeros(batch, heads * r, D, dtype=dt)
+            pages = cache if heads == hkv else _cache(64, bs, heads, layout)
+            w = (win[0][:, :, :heads].contiguous(), win[1][:, :, :heads].contiguous(),
+                 torch.zeros(batch, 4, dtype=torch.int32), 128)
+            catch(f"decode b{batch} {tag}",
+                  lambda: int2_decode(q, pages, torch.zeros(batch, 8, dtype=torch.int32),
+                                      torch.full((batch,), 100, dtype=torch.int32), layout, 0.1, cfg.num_splits,
+                                      lloyd_max=not fold, **cfg.kwargs(), sinks=4,
+                                      k_center=torch.zeros(batch, heads, D), window=w, limits=limits))
             # the occupancy the split count was planned for (decode.programs_per_sm)
             found[-2].budget = (split_registers(D, cfg.block_h, fold)[0],
-                                split_shared(D, G, cfg.block_n, cfg.num_stages))
-        # few KV heads, many query heads (tensor parallelism, multi-query models): ratio 24 on one
-        # KV head takes the large head tiles (decode.block_h_for, split_warps)
-        few_cache = _cache(64, bs, 1, layout)
-        for batch in (8, 64):
-            cfg = decode_launch_config(batch, 1, 24, D, limits=limits)
-            q = torch.zeros(batch, 24, D, dtype=dt)
-            w = (torch.zeros(32, 16, 1, D, dtype=dt), torch.zeros(32, 16, 1, D, dtype=dt),
-                 torch.zeros(batch, 4, dtype=torch.int32), 128)
-            catch(f"decode b{batch} 24q/1kv",
-                  lambda: int2_decode(q, few_cache, torch.zeros(batch, 8, dtype=torch.int32),
-                                      torch.full((batch,), 100, dtype=torch.int32), layout, 0.1, cfg.num_splits,
-                                      **cfg.kwargs(), sinks=4, k_center=torch.zeros(batch, 1, D), window=w,
-                                      limits=limits))
-            found[-2].budget = (split_registers(D, cfg.block_h, True)[0],
                                 split_shared(D, G, cfg.block_n, cfg.num_stages))
         # prefill with and without the window, uniform and Lloyd-Max levels
         T = 64

@@ -412,14 +412,13 @@ def pick_num_splits(batch: int, programs_per_seq: int, max_seq_len: int, num_sms
     return max(1, min(want, cap, max_splits))
 
 
-def block_h_for(ratio: int, head_dim: int = 128) -> int:
+def block_h_for(ratio: int, head_dim: int) -> int:
     """Query-head tile: the whole group when it has <= 8 heads (tl.dot pads M to the tensor-core
     tile, but softmax and accumulators stay at 8 rows), else 16; at head_dim 128, 32 when the
     whole group fits (ratios 17..32: each page read once per KV head, in two-warp programs,
-    split_warps). At head_dim 256 a one-warp 32-row tile spilled 392 B: the H200 ran 32 q / 1 kv
-    heads at 32K, batch 32 in 728 us with it, in 184 with two tiles of 16 (a launch sweep; the
-    plan's table: benchmarks/results/decode_gqa_d256_h200.json). At head_dim 64 the
-    two-warp 32-row tile spills on sm_120 (kernels/aot.py), and was never timed: tiles of 16."""
+    split_warps). At head_dim 256 a one-warp 32-row tile spills 2552 B per thread, a 16-row one 520
+    (benchmarks/sass_report.py, triton 3.9): two tiles of 16 there. At head_dim 64 the two-warp 32-row tile
+    spills on sm_120 (kernels/aot.py): tiles of 16. Timed: benchmarks/results/decode_gqa_d*_h200.json."""
     if ratio <= 8:
         return 8
     if ratio <= 16 or ratio > 32 or head_dim != 128:
@@ -428,10 +427,8 @@ def block_h_for(ratio: int, head_dim: int = 128) -> int:
 
 
 def split_warps(head_dim: int, block_h: int) -> int:
-    """Warps per split program: one (no cross-warp softmax reductions), two for the 32-row tile.
-    On the H200 at ratios 24-32 with 1-2 KV heads (head_dim 128, 32K-128K) one-warp 32-row
-    programs ran 0.8-0.9x sdpa-flash's speed and spilled; two-warp ones 1.5-1.6x, four-warp ones
-    0.9-1.2x."""
+    """Warps per split program: one (no cross-warp softmax reductions), two for the 32-row tile,
+    whose one-warp form spills (sass_report.py: 1112 B at head_dim 128)."""
     return 2 if block_h >= 32 else 1
 
 

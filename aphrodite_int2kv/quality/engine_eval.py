@@ -38,12 +38,12 @@ def engine_kv_dtypes() -> list[str]:
     return list(typing.get_args(cache.CacheDType))
 
 
-def kv_config(label: str, offered: list[str] | None = None) -> tuple[str, dict]:
+def kv_config(label: str) -> tuple[str, dict]:
     """(--kv-cache-dtype, extra environment) of a --kv label: ours (CONFIGS), or any dtype the
     engine offers by its own name (turboquant_k8v4, int8_per_token_head, ...)."""
     if label in CONFIGS:
         return CONFIGS[label]
-    offered = engine_kv_dtypes() if offered is None else offered
+    offered = engine_kv_dtypes()
     if label not in offered:
         raise SystemExit(f"--kv: {label!r} is neither one of {', '.join(CONFIGS)} nor a KV-cache dtype this "
                          f"engine offers ({', '.join(d for d in offered if d != 'auto')})")
@@ -152,6 +152,9 @@ def first_divergence(ref: list[int], other: list[int]) -> int:
     return n
 
 
+LIST_WORDS = {"and", "the", "then", "a", "an"}    # words that join a list, not items of it
+
+
 def extract_answer(text: str) -> str:
     """The final answer: the first number in the continuation, or its first line's words for the
     ordered-list items (scored as a comma-separated list; the words that join a list -- "and",
@@ -162,8 +165,6 @@ def extract_answer(text: str) -> str:
     line = text.strip().split("\n", 1)[0]
     return ", ".join(w for w in re.findall(r"[a-z]+", line.lower()) if w not in LIST_WORDS)
 
-
-LIST_WORDS = {"and", "the", "then", "a", "an"}
 
 
 def score_answer(kind: str, got: str, want: str) -> bool:
