@@ -6,22 +6,29 @@
 For each KV dtype it starts `aphrodite run` on loopback (dummy weights of a real model's shapes, the
 tiny tokenizer of make_models.py, CUDA graphs on) and runs, bounded in count and time:
   soak     --requests requests at --concurrency, mixed lengths (--long of them at --long-len, the
-           rest 16-2048 tokens), half streamed; each must finish with finish_reason "length" and
-           exactly max_tokens tokens (ignore_eos); GPU and host memory sampled throughout
+           rest 16 to --short-max tokens), half streamed; each must finish with finish_reason
+           "length" and exactly max_tokens tokens (ignore_eos); the server's GPU and host memory
+           sampled throughout
   aborts   --aborts clients that hang up mid-prefill (long prompts) or mid-decode (after a few
            streamed chunks); the server must keep serving, and once idle its own KV usage
            (/metrics aphrodite:kv_cache_usage_perc) must be back where it started
   bad      a prompt longer than max-model-len, max_tokens 0, n too large, logprobs out of range:
            each must get an HTTP 4xx naming the problem, and a normal request must succeed after
-  preempt  a second server with a pool of --preempt-blocks pages: the same greedy requests run
-           one at a time, then all at once (the engine preempts and recomputes: its
-           aphrodite:num_preemptions counter); the outputs must be equal
-Prints a table and writes one JSON object per dtype to --out (server logs beside it).
+  preempt  a second server with a pool of --preempt-blocks pages, on make_models.py's tiny model
+           of the same family with its saved weights (dummy weights give near-equal logits, so
+           their greedy text says nothing about the KV cache): requests sized to that pool
+           (read back from the engine's aphrodite:cache_config_info) run one at a time, then all
+           at once, which makes the engine preempt and recompute (aphrodite:num_preemptions);
+           the greedy outputs must be equal
+Servers start one after another (the engine's memory profiling assumes no other process frees
+GPU memory meanwhile); with --parallel, a server's phases run while the next one starts, so
+bf16 and int2 share the GPU (give each its --gpu-mem). Prints a table and writes one JSON object
+per dtype to --out (server logs beside it); --deadline-s skips phases that would start after it.
 
 On the H200 machine: run `bash benchmarks/server_wheels.sh` here first (the server's wheels, into
 .whl/), carry .gpu-bundle and .whl, then `source benchmarks/gpu_setup.sh; python3
-.gpu-bundle/gpu/make_models.py /tmp/models` (the tokenizer and the hybrid's base config) before
-this script. --model-config hybrid27b for the Qwen3.5-style hybrid.
+.gpu-bundle/gpu/make_models.py /tmp/models` (the tokenizer, the tiny models and the hybrid's base
+config) before this script. --model-config hybrid27b for the Qwen3.5-style hybrid.
 """
 from __future__ import annotations
 
@@ -45,19 +52,33 @@ PROMPT_IDS = (10, 880)
 MODEL_NAME = "m"
 
 
-# ---- the request plan and the checks (no server needed: aphrodite_int2kv_tests/test_benchmark_tools.py)
+# ---- the request plans and the checks (no server needed: aphrodite_int2kv_tests/test_serve_faults.py)
 
-def soak_plan(n: int, long: int, long_len: int, seed: int = 0) -> list[dict]:
+def soak_plan(n: int, long: int, long_len: int, seed: int = 0, short_max: int = 2048) -> list[dict]:
     """n completion requests: `long` of them with long_len-token prompts, spread through the run,
-    the rest 16-2048 tokens; 1-128 output tokens; every other one streamed."""
+    the rest 16 to short_max tokens; 1-128 output tokens; every other one streamed."""
     rng = random.Random(seed)
     at_long = set(rng.sample(range(n), min(long, n)))
     plan = []
     for i in range(n):
-        length = long_len if i in at_long else rng.randint(16, 2048)
+        length = long_len if i in at_long else rng.randint(16, short_max)
         plan.append(dict(id=i, prompt_len=length, max_tokens=rng.randint(1, 128), stream=i % 2 == 1,
                          seed=rng.randrange(1 << 30)))
     return plan
+
+
+def preempt_plan(pool_tokens: int, max_model_len: int, gen: int, n_min: int = 8, n_max: int = 32,
+                 demand: float = 2.5) -> list[dict]:
+    """Greedy requests that each fit the pool alone but together ask for `demand` x the pool: each
+    at most a third of the pool and within max-model-len, at least n_min and at most n_max."""
+    per_request = min(max_model_len - 8, pool_tokens // 3)
+    if per_request < gen + 64:
+        raise ValueError(f"a pool of {pool_tokens} tokens with max-model-len {max_model_len} leaves "
+                         f"{per_request} tokens per request, too few for {gen} output tokens: "
+                         "raise --preempt-blocks or lower --preempt-tokens")
+    n = max(n_min, min(n_max, -(-int(demand * pool_tokens) // per_request)))
+    prompt = per_request - gen
+    return [dict(id=i, prompt_len=prompt - 7 * (i % 8), max_tokens=gen, seed=100 + i) for i in range(n)]
 
 
 def prompt_ids(length: int, seed: int) -> list[int]:
@@ -131,9 +152,40 @@ def parse_metrics(text: str) -> dict:
     return out
 
 
-def drift(samples: list[tuple[float, float, float]], skip: float = 0.2) -> dict:
-    """Memory samples (t, gpu MiB, host MiB) -> first / last / max after the first `skip` of the
-    run (warm-up), and last - first."""
+def metric_labels(text: str, name: str) -> dict:
+    """The labels of a metric's first sample (an info gauge such as aphrodite:cache_config_info)."""
+    for line in text.splitlines():
+        if line.startswith(name + "{"):
+            body = line[len(name) + 1:line.rindex("}")]
+            labels, key, i = {}, "", 0
+            while i < len(body):      # key="value" pairs, values with \" and \\ escapes
+                eq = body.index("=", i)
+                key = body[i:eq].strip(" ,")
+                j, val = eq + 2, []
+                while body[j] != '"':
+                    if body[j] == "\\":
+                        j += 1
+                        val.append({"n": "\n"}.get(body[j], body[j]))
+                    else:
+                        val.append(body[j])
+                    j += 1
+                labels[key] = "".join(val)
+                i = j + 1
+            return labels
+    return {}
+
+
+def pool_tokens(labels: dict) -> int:
+    """Tokens in the KV pool from cache_config_info's labels (pages x tokens per page)."""
+    try:
+        return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
+    except (KeyError, ValueError) as exc:
+        raise RuntimeError(f"aphrodite:cache_config_info has no num_gpu_blocks/block_size: {labels}") from exc
+
+
+def drift(samples: list[tuple], skip: float = 0.2) -> dict:
+    """Memory samples (t, gpu MiB, host MiB[, ...]) -> first / last / max after the first `skip` of
+    the run (warm-up), and last - first."""
     if not samples:
         return {}
     kept = samples[int(len(samples) * skip):] or samples
@@ -144,17 +196,24 @@ def drift(samples: list[tuple[float, float, float]], skip: float = 0.2) -> dict:
                 samples=len(samples))
 
 
+def first_difference(a: str, b: str) -> int:
+    """Index of the first character where two outputs differ (-1 when equal)."""
+    if a == b:
+        return -1
+    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+
+
 # ---- the server and its clients
 
 def is_hybrid(model_dir) -> bool:
-    """model_dir_for's hybrid27b: the Qwen3.5 config (a text_config with its layer types)."""
+    """A Qwen3.5 config (a text_config with its layer types): hybrid27b's and the tiny qwen35's."""
     with open(os.path.join(model_dir, "config.json")) as f:
         return "text_config" in json.load(f)
 
 
-def server_command(model_dir, kv, port, max_model_len, extra=()) -> list[str]:
-    """`aphrodite run` on loopback with dummy weights, no prefix caching (so freed blocks show as
-    free), the attention backend eval --engine uses for the dtype (quality/engine_eval.py)."""
+def server_command(model_dir, kv, port, max_model_len, extra=(), load_format="dummy", gpu_mem=None) -> list[str]:
+    """`aphrodite run` on loopback, no prefix caching (so freed blocks show as free), the attention
+    backend eval --engine uses for the dtype (quality/engine_eval.py)."""
     from aphrodite_int2kv.quality.engine_eval import baseline_backend
 
     if is_hybrid(model_dir):
@@ -162,17 +221,19 @@ def server_command(model_dir, kv, port, max_model_len, extra=()) -> list[str]:
     backend = baseline_backend(kv).get("attention_config", {}).get("backend")
     if backend:
         extra = [*extra, "--attention-backend", backend]
+    if gpu_mem:
+        extra = [*extra, "--gpu-memory-utilization", str(gpu_mem)]
     exe = shutil.which("aphrodite")
     cmd = [exe] if exe else [sys.executable, "-m", "aphrodite.entrypoints.cli.main"]
     cmd += ["run", model_dir, "--host", "127.0.0.1", "--port", str(port), "--served-model-name", MODEL_NAME,
-            "--load-format", "dummy", "--dtype", "bfloat16", "--kv-cache-dtype", kv,
+            "--load-format", load_format, "--dtype", "bfloat16", "--kv-cache-dtype", kv,
             "--max-model-len", str(max_model_len), "--no-enable-prefix-caching", "--seed", "0", *extra]
     return cmd
 
 
 class Server:
-    def __init__(self, model_dir, kv, port, max_model_len, extra=(), log=None):
-        self.cmd, self.port = server_command(model_dir, kv, port, max_model_len, extra), port
+    def __init__(self, model_dir, kv, port, max_model_len, extra=(), log=None, **how):
+        self.cmd, self.port = server_command(model_dir, kv, port, max_model_len, extra, **how), port
         self.log = open(log or os.devnull, "w")
         self.proc = subprocess.Popen(self.cmd, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
 
@@ -201,18 +262,29 @@ class Server:
     def alive(self):
         return self.proc.poll() is None
 
-    def memory(self) -> tuple[float, float]:
-        """(GPU MiB in use on the whole GPU, host RSS MiB of the server's process tree)."""
+    def memory(self) -> tuple[float, float, float]:
+        """(GPU MiB of the server's process tree, host RSS MiB of that tree, GPU MiB in use on the
+        whole GPU). The tree's GPU memory is NaN where nvidia-smi cannot name its processes."""
+        tree = process_tree(self.proc.pid)
+        gpu_total, gpu_tree = float("nan"), float("nan")
         try:
-            gpu = float(subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
-                                       capture_output=True, text=True, timeout=10).stdout.split()[0])
+            gpu_total = float(nvidia_smi("--query-gpu=memory.used").split()[0])
+            apps = [line.split(",") for line in nvidia_smi("--query-compute-apps=pid,used_memory").splitlines()]
+            mine = [float(mib) for pid, mib in apps if int(pid) in tree]
+            if mine:
+                gpu_tree = sum(mine)
         except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-            gpu = float("nan")
-        return gpu, tree_rss_mib(self.proc.pid)
+            pass
+        return gpu_tree, rss_mib(tree), gpu_total
 
 
-def tree_rss_mib(pid: int) -> float:
-    """Resident memory of a process and all its descendants (/proc), MiB."""
+def nvidia_smi(query: str) -> str:
+    return subprocess.run(["nvidia-smi", query, "--format=csv,noheader,nounits"], capture_output=True,
+                          text=True, timeout=10).stdout
+
+
+def process_tree(pid: int) -> set[int]:
+    """A process and all its descendants (/proc)."""
     children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -222,10 +294,17 @@ def tree_rss_mib(pid: int) -> float:
                 children.setdefault(ppid, []).append(int(entry))
             except (OSError, IndexError, ValueError):
                 pass
-    total, todo = 0, [pid]
+    tree, todo = set(), [pid]
     while todo:
         p = todo.pop()
+        tree.add(p)
         todo.extend(children.get(p, []))
+    return tree
+
+
+def rss_mib(pids) -> float:
+    total = 0
+    for p in pids:
         try:
             with open(f"/proc/{p}/status") as f:
                 total += next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
@@ -272,9 +351,13 @@ def completion(port, req, **extra):
     return status, body
 
 
-def metrics(port) -> dict:
+def metrics_text(port) -> str:
     status, text = request(port, "GET", "/metrics", timeout=30)
-    return parse_metrics(text) if status == 200 else {}
+    return text if status == 200 and isinstance(text, str) else ""
+
+
+def metrics(port) -> dict:
+    return parse_metrics(metrics_text(port))
 
 
 def wait_idle(port, timeout=300):
@@ -288,13 +371,13 @@ def wait_idle(port, timeout=300):
 
 
 def progress(label, done, total, t0):
-    print(f"\r  {label}: {done}/{total} ({time.time() - t0:.0f} s)", end="" if done < total else "\n", flush=True)
+    print(f"  {label}: {done}/{total} ({time.time() - t0:.0f} s)", flush=True)
 
 
 # ---- the phases
 
-def soak(server, args):
-    plan = soak_plan(args.requests, args.long, args.long_len)
+def soak(server, args, label):
+    plan = soak_plan(args.requests, args.long, args.long_len, short_max=args.short_max)
     samples, stop = [], threading.Event()
 
     def sample():
@@ -305,7 +388,7 @@ def soak(server, args):
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    errors, t0, done = [], time.time(), [0]
+    errors, t0, done, lock = [], time.time(), [0], threading.Lock()
 
     def run(req):
         try:
@@ -313,9 +396,10 @@ def soak(server, args):
             why = check_completion(req, status, result)
         except Exception as exc:   # noqa: BLE001 - a failed request is a result here
             why = f"{type(exc).__name__}: {exc}"
-        done[0] += 1
-        if done[0] % 50 == 0 or done[0] == len(plan):
-            progress("soak", done[0], len(plan), t0)
+        with lock:
+            done[0] += 1
+            if done[0] % 100 == 0 or done[0] == len(plan):
+                progress(f"{label} soak", done[0], len(plan), t0)
         return req["id"], why
 
     with ThreadPoolExecutor(args.concurrency) as pool:
@@ -324,30 +408,35 @@ def soak(server, args):
                 errors.append((rid, why))
     stop.set()
     sampler.join()
+    # the process tree's GPU memory where nvidia-smi names it, else the whole GPU's
+    per_server = all(s[1] == s[1] for s in samples)
+    curve = [(t, g if per_server else total, h) for t, g, h, total in samples]
     return dict(requests=len(plan), errors=len(errors), first_errors=errors[:10], seconds=round(time.time() - t0, 1),
-                long_requests=args.long, long_len=args.long_len, concurrency=args.concurrency,
-                memory=drift(samples), memory_curve=samples)
+                long_requests=args.long, long_len=args.long_len, short_max=args.short_max,
+                concurrency=args.concurrency, gpu_memory_of="server" if per_server else "whole GPU",
+                memory=drift(curve), memory_curve=curve)
 
 
-def aborts(server, args):
+def aborts(server, args, label):
     before = wait_idle(server.port)
     rng = random.Random(1)
-    t0, done = time.time(), [0]
+    hows = [("seconds", rng.uniform(0.05, 0.5)) if i % 2 == 0 else ("chunks", rng.randint(1, 8))
+            for i in range(args.aborts)]
+    t0, done, lock = time.time(), [0], threading.Lock()
 
     def run(i):
         if i % 2 == 0:      # mid-prefill: a long prompt, hung up before its first token
             req = dict(id=i, prompt_len=args.long_len // 2, max_tokens=64, stream=True, seed=i)
-            how = ("seconds", rng.uniform(0.05, 0.5))
         else:               # mid-decode: a few streamed chunks, then gone
-            req = dict(id=i, prompt_len=rng.randint(64, 2048), max_tokens=512, stream=True, seed=i)
-            how = ("chunks", rng.randint(1, 8))
+            req = dict(id=i, prompt_len=256 + 7 * i, max_tokens=512, stream=True, seed=i)
         try:
-            request(server.port, "POST", "/v1/completions", completion_body(req), stream=True, hang_up_after=how)
+            request(server.port, "POST", "/v1/completions", completion_body(req), stream=True, hang_up_after=hows[i])
         except OSError:
             pass
-        done[0] += 1
-        if done[0] % 50 == 0 or done[0] == args.aborts:
-            progress("aborts", done[0], args.aborts, t0)
+        with lock:
+            done[0] += 1
+            if done[0] % 100 == 0 or done[0] == args.aborts:
+                progress(f"{label} aborts", done[0], args.aborts, t0)
 
     with ThreadPoolExecutor(args.concurrency) as pool:
         list(pool.map(run, range(args.aborts)))
@@ -355,13 +444,13 @@ def aborts(server, args):
     probe = dict(id=-1, prompt_len=100, max_tokens=16, seed=5)
     status, result = completion(server.port, probe)
     key = "aphrodite:kv_cache_usage_perc"
-    return dict(aborted=args.aborts, kv_usage_before=before.get(key), kv_usage_after=after.get(key),
-                running_after=after.get("aphrodite:num_requests_running"),
+    return dict(aborted=args.aborts, seconds=round(time.time() - t0, 1), kv_usage_before=before.get(key),
+                kv_usage_after=after.get(key), running_after=after.get("aphrodite:num_requests_running"),
                 waiting_after=after.get("aphrodite:num_requests_waiting"),
                 serves_after=check_completion(probe, status, result) or "ok", alive=server.alive())
 
 
-def bad_requests(server, args):
+def bad_requests(server, args, label):
     ok = dict(prompt_len=100, max_tokens=8, seed=7)
     cases = {
         "prompt longer than max-model-len": (dict(ok, prompt_len=args.max_model_len + 16), {}),
@@ -376,35 +465,32 @@ def bad_requests(server, args):
         status, result = request(server.port, "POST", "/v1/completions", body, timeout=120)
         message = result.get("error", result).get("message", "") if isinstance(result, dict) else str(result)
         out[name] = dict(status=status, message=str(message)[:300], clear=400 <= status < 500)
-        print(f"  bad request, {name}: HTTP {status} {str(message)[:120]}", flush=True)
+        print(f"  {label} bad request, {name}: HTTP {status} {str(message)[:120]}", flush=True)
     status, result = completion(server.port, dict(ok, id=0))
     return dict(cases=out, serves_after=check_completion(dict(ok, id=0), status, result) or "ok",
                 alive=server.alive())
 
 
-def preemption(model_dir, kv, args, log_dir):
-    # pages of the same 128 tokens for every dtype on the dense model (int2's default there; the
-    # hybrid's page size comes from its GDN alignment), so the override gives bf16 and int2 the
-    # same token pool; max-model-len within it (the engine checks one request fits at start-up)
-    pages = [] if is_hybrid(model_dir) else ["--block-size", "128"]
-    server = Server(model_dir, kv, args.port + 1, args.preempt_max_len,
-                    extra=["--num-gpu-blocks-override", str(args.preempt_blocks), *pages, *args.server_arg],
-                    log=os.path.join(log_dir, f"server_{kv}_preempt.log"))
-    try:
-        server.wait_ready()
-        plan = [dict(id=i, prompt_len=1024 + 97 * i, max_tokens=args.preempt_tokens, seed=100 + i)
-                for i in range(args.preempt_requests)]
-        alone = [completion(server.port, r)[1] for r in plan]
-        before = metrics(server.port).get("aphrodite:num_preemptions", 0.0)
-        with ThreadPoolExecutor(len(plan)) as pool:
-            together = list(pool.map(lambda r: completion(server.port, r)[1], plan))
-        preempted = metrics(server.port).get("aphrodite:num_preemptions", 0.0) - before
-        same = [isinstance(a, dict) and isinstance(b, dict) and a.get("text") == b.get("text")
-                for a, b in zip(alone, together)]
-        return dict(requests=len(plan), pool_blocks=args.preempt_blocks, preemptions=preempted,
-                    outputs_equal=sum(same), alive=server.alive())
-    finally:
-        server.stop()
+def preemption(server, args, label):
+    labels = metric_labels(metrics_text(server.port), "aphrodite:cache_config_info")
+    pool = pool_tokens(labels)
+    plan = preempt_plan(pool, args.preempt_max_len, args.preempt_tokens)
+    t0 = time.time()
+    alone = [completion(server.port, r) for r in plan]
+    before = metrics(server.port).get("aphrodite:num_preemptions", 0.0)
+    with ThreadPoolExecutor(len(plan)) as pool_:
+        together = list(pool_.map(lambda r: completion(server.port, r), plan))
+    preempted = metrics(server.port).get("aphrodite:num_preemptions", 0.0) - before
+    errors = [check_completion(r, *a) or check_completion(r, *b) for r, a, b in zip(plan, alone, together)]
+    diffs = [first_difference(a[1].get("text") or "", b[1].get("text") or "")
+             if isinstance(a[1], dict) and isinstance(b[1], dict) else 0 for a, b in zip(alone, together)]
+    print(f"  {label} preempt: {len(plan)} requests, {preempted:.0f} preemptions, "
+          f"{sum(d == -1 for d in diffs)} equal", flush=True)
+    return dict(requests=len(plan), pool_tokens=pool, block_size=int(labels["block_size"]),
+                pool_blocks=int(labels["num_gpu_blocks"]), prompt_tokens=[r["prompt_len"] for r in plan],
+                output_tokens=args.preempt_tokens, preemptions=preempted, outputs_equal=sum(d == -1 for d in diffs),
+                first_difference=diffs, errors=[e for e in errors if e][:10], seconds=round(time.time() - t0, 1),
+                alive=server.alive())
 
 
 def model_dir_for(name, base_dir):
@@ -428,67 +514,127 @@ def model_dir_for(name, base_dir):
     return path
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model-config", default="dense8b", choices=sorted(CONFIGS) + ["hybrid27b"])
-    ap.add_argument("--models-dir", default="/tmp/models", help="make_models.py's output (tokenizer, hybrid config)")
-    ap.add_argument("--kv", default="auto,int2", help="KV dtypes, one server each (auto = the bf16 control)")
-    ap.add_argument("--phases", default="soak,aborts,bad,preempt")
-    ap.add_argument("--requests", type=int, default=1000)
-    ap.add_argument("--concurrency", type=int, default=64)
-    ap.add_argument("--long", type=int, default=4, help="soak requests with --long-len prompts")
-    ap.add_argument("--long-len", type=int, default=32768)
-    ap.add_argument("--aborts", type=int, default=200)
-    ap.add_argument("--max-model-len", type=int, default=40960)
-    ap.add_argument("--preempt-blocks", type=int, default=64,
-                    help="KV pages of the preemption phase's server (of 128 tokens on the dense model)")
-    ap.add_argument("--preempt-max-len", type=int, default=4096, help="its max-model-len")
-    ap.add_argument("--preempt-requests", type=int, default=12)
-    ap.add_argument("--preempt-tokens", type=int, default=256)
-    ap.add_argument("--sample-s", type=float, default=2.0, help="memory sampling period")
-    ap.add_argument("--port", type=int, default=8011)
-    ap.add_argument("--server-arg", action="append", default=[], help="extra `aphrodite run` argument (repeat)")
-    ap.add_argument("--out", required=True)
-    args = ap.parse_args()
-    phases = args.phases.split(",")
-    model_dir = model_dir_for(args.model_config, args.models_dir)
-    log_dir = os.path.dirname(os.path.abspath(args.out))
-    results = []
-    for kv in args.kv.split(","):
-        row = dict(model=args.model_config, kv_cache_dtype=kv, date=time.strftime("%Y-%m-%d"),
-                   command=" ".join(sys.argv))
-        print(f"[{kv}] starting the server", flush=True)
-        if set(phases) - {"preempt"}:
-            server = Server(model_dir, kv, args.port, args.max_model_len, extra=args.server_arg,
-                            log=os.path.join(log_dir, f"server_{kv}.log"))
-            try:
-                row["ready_s"] = round(server.wait_ready(), 1)
-                for name, fn in (("soak", soak), ("aborts", aborts), ("bad", bad_requests)):
-                    if name in phases:
-                        row[name] = fn(server, args)
-                        json.dump(results + [row], open(args.out, "w"), indent=1)
-            except Exception as exc:   # noqa: BLE001 - the failure is the result
-                row["error"] = f"{type(exc).__name__}: {exc}"
-            finally:
-                server.stop()
-        if "preempt" in phases:
-            try:
-                row["preempt"] = preemption(model_dir, kv, args, log_dir)
-            except Exception as exc:   # noqa: BLE001
-                row["preempt"] = dict(error=f"{type(exc).__name__}: {exc}")
-        results.append(row)
-        json.dump(results, open(args.out, "w"), indent=1)
-    print("| kv | requests | errors | aborted | KV usage before / after | bad requests with a 4xx | "
-          "preemptions | greedy outputs equal | GPU / host MiB drift |")
-    print("|---|---|---|---|---|---|---|---|---|")
+def tiny_model_for(name, base_dir):
+    """make_models.py's tiny model of the same family, with its saved weights."""
+    return os.path.join(base_dir, "qwen35" if name == "hybrid27b" else "qwen3")
+
+
+MAIN_PHASES = (("soak", soak), ("aborts", aborts), ("bad", bad_requests))
+
+
+def table(results) -> str:
+    rows = ["| kv | requests | errors | aborted | KV usage before / after | bad requests with a 4xx | "
+            "preemptions | greedy outputs equal | GPU / host MiB drift |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s, a, b, p = (r.get(k) or {} for k in ("soak", "aborts", "bad", "preempt"))
         mem = s.get("memory") or {}
         clear = sum(c["clear"] for c in (b.get("cases") or {}).values())
-        print(f"| {r['kv_cache_dtype']} | {s.get('requests')} | {s.get('errors')} | {a.get('aborted')} | "
-              f"{a.get('kv_usage_before')} / {a.get('kv_usage_after')} | {clear} of {len(b.get('cases') or {})} | "
-              f"{p.get('preemptions')} | {p.get('outputs_equal')} of {p.get('requests')} | "
-              f"{mem.get('gpu_mib_drift')} / {mem.get('host_mib_drift')} |" + (f" error: {r['error']}" if r.get("error") else ""))
+        errs = "; ".join(f"{k}: {v}" for k, v in r.items() if k.endswith("error")) + (
+            f"; preempt: {p['error']}" if p.get("error") else "")
+        rows.append(f"| {r['kv_cache_dtype']} | {s.get('requests')} | {s.get('errors')} | {a.get('aborted')} | "
+                    f"{a.get('kv_usage_before')} / {a.get('kv_usage_after')} | {clear} of {len(b.get('cases') or {})} | "
+                    f"{p.get('preemptions')} | {p.get('outputs_equal')} of {p.get('requests')} | "
+                    f"{mem.get('gpu_mib_drift')} / {mem.get('host_mib_drift')} |" + (f" {errs}" if errs else ""))
+    return "\n".join(rows)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-config", default="dense8b", choices=sorted(CONFIGS) + ["hybrid27b"])
+    ap.add_argument("--models-dir", default="/tmp/models", help="make_models.py's output (tokenizer, tiny models)")
+    ap.add_argument("--kv", default="auto,int2", help="KV dtypes, one server each (auto = the bf16 control)")
+    ap.add_argument("--phases", default="soak,aborts,bad,preempt")
+    ap.add_argument("--parallel", action="store_true", help="run a server's phases while the next one starts")
+    ap.add_argument("--gpu-mem", type=float, default=None, help="gpu-memory-utilization of each main server")
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=64)
+    ap.add_argument("--long", type=int, default=4, help="soak requests with --long-len prompts")
+    ap.add_argument("--long-len", type=int, default=32768)
+    ap.add_argument("--short-max", type=int, default=2048, help="longest prompt of the other soak requests")
+    ap.add_argument("--aborts", type=int, default=200)
+    ap.add_argument("--max-model-len", type=int, default=40960)
+    ap.add_argument("--preempt-blocks", type=int, default=128, help="KV pages of the preemption phase's server")
+    ap.add_argument("--preempt-gpu-mem", type=float, default=0.05)
+    ap.add_argument("--preempt-max-len", type=int, default=4096, help="its max-model-len")
+    ap.add_argument("--preempt-tokens", type=int, default=256, help="output tokens per preemption request")
+    ap.add_argument("--sample-s", type=float, default=2.0, help="memory sampling period")
+    ap.add_argument("--port", type=int, default=8011)
+    ap.add_argument("--deadline-s", type=float, default=0, help="start no phase after this many seconds (0: none)")
+    ap.add_argument("--server-arg", action="append", default=[], help="extra `aphrodite run` argument (repeat)")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    t_start = time.time()
+    phases = args.phases.split(",")
+    model_dir = model_dir_for(args.model_config, args.models_dir)
+    log_dir = os.path.dirname(os.path.abspath(args.out))
+    # pages of the same 128 tokens for every dtype on the dense model (int2's default there; the
+    # hybrid's page size comes from its GDN alignment)
+    pages = [] if is_hybrid(model_dir) else ["--block-size", "128"]
+    kvs = args.kv.split(",")
+    results = {kv: dict(model=args.model_config, kv_cache_dtype=kv, date=time.strftime("%Y-%m-%d"),
+                        command=" ".join(sys.argv)) for kv in kvs}
+    lock = threading.Lock()
+
+    def save():
+        with lock:
+            json.dump(list(results.values()), open(args.out, "w"), indent=1)
+
+    def late():
+        return args.deadline_s and time.time() - t_start > args.deadline_s
+
+    def run_phases(server, kv, names):
+        row = results[kv]
+        try:
+            for name, fn in names:
+                if late():
+                    row[name] = dict(skipped=f"deadline of {args.deadline_s:.0f} s passed")
+                    continue
+                row[name] = fn(server, args, kv)
+                save()
+        except Exception as exc:   # noqa: BLE001 - the failure is the result
+            row[f"{names[0][0]}_error"] = f"{type(exc).__name__}: {exc}"
+        finally:
+            server.stop()
+            save()
+
+    # (phases, server) in start order: the main servers first, then the tiny preemption servers
+    starts = []
+    for i, kv in enumerate(kvs):
+        main_phases = [(n, f) for n, f in MAIN_PHASES if n in phases]
+        if main_phases:
+            starts.append((kv, main_phases, "main", lambda kv=kv, i=i: Server(
+                model_dir, kv, args.port + 2 * i, args.max_model_len, [*pages, *args.server_arg],
+                log=os.path.join(log_dir, f"server_{kv}.log"), gpu_mem=args.gpu_mem)))
+    for i, kv in enumerate(kvs):
+        if "preempt" in phases:
+            starts.append((kv, [("preempt", preemption)], "preempt", lambda kv=kv, i=i: Server(
+                tiny_model_for(args.model_config, args.models_dir), kv, args.port + 2 * i + 1, args.preempt_max_len,
+                ["--num-gpu-blocks-override", str(args.preempt_blocks), *pages, *args.server_arg],
+                log=os.path.join(log_dir, f"server_{kv}_preempt.log"), load_format="auto",
+                gpu_mem=args.preempt_gpu_mem)))
+    threads = []
+    for kv, names, role, make in starts:
+        if late():
+            results[kv][f"{role}_error"] = f"not started: deadline of {args.deadline_s:.0f} s passed"
+            continue
+        print(f"[{kv}] starting the {role} server ({time.time() - t_start:.0f} s)", flush=True)
+        server = make()
+        try:
+            results[kv][f"{role}_ready_s"] = round(server.wait_ready(), 1)
+        except Exception as exc:   # noqa: BLE001
+            results[kv][f"{role}_error"] = f"{type(exc).__name__}: {exc}"
+            server.stop()
+            continue
+        thread = threading.Thread(target=run_phases, args=(server, kv, names))
+        thread.start()
+        threads.append(thread)
+        if not args.parallel:
+            thread.join()
+    for thread in threads:
+        thread.join()
+    save()
+    print(table(list(results.values())))
 
 
 if __name__ == "__main__":
