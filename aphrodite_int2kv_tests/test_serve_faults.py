@@ -26,6 +26,24 @@ def test_the_soak_plan_mixes_lengths_and_streams_reproducibly():
     assert len(body["prompt"]) == plan[1]["prompt_len"] and all(S.PROMPT_IDS[0] <= t < S.PROMPT_IDS[1]
                                                                 for t in body["prompt"])
     assert "stream_options" not in S.completion_body(plan[0])
+    assert all(16 <= r["prompt_len"] <= 512 for r in S.soak_plan(200, 0, 0, short_max=512))
+
+
+@pytest.mark.parametrize("pool", [8192, 16384, 65536, 200000])
+def test_the_preemption_plan_overfills_the_pool_with_requests_that_fit_alone(pool):
+    plan = S.preempt_plan(pool, 4096, 256)
+    totals = [r["prompt_len"] + r["max_tokens"] for r in plan]
+    assert max(totals) <= min(4096 - 8, pool // 3)
+    assert 8 <= len(plan) <= 32 and len({r["seed"] for r in plan}) == len(plan)
+    if len(plan) < 32:       # capped only for very large pools
+        assert sum(totals) >= 2 * pool
+    with pytest.raises(ValueError, match="--preempt-blocks"):
+        S.preempt_plan(600, 4096, 256)
+
+
+def test_outputs_are_compared_by_their_first_difference():
+    assert S.first_difference("abc", "abc") == -1
+    assert S.first_difference("abc", "abd") == 2 and S.first_difference("ab", "abc") == 2
 
 
 def _stream_lines(engine_version):
@@ -71,6 +89,24 @@ def test_metrics_are_read_by_the_engines_names(engine):
     assert got == {"aphrodite:num_preemptions": 3.0, "aphrodite:kv_cache_usage_perc": 0.25}
 
 
+def test_the_pool_is_read_from_the_engines_cache_config_info(engine):
+    """The engine's own info gauge (its CacheConfig's fields as labels), exposed by
+    prometheus_client, gives the pool in tokens."""
+    from prometheus_client import CollectorRegistry, Gauge, generate_latest
+    from aphrodite.config import CacheConfig
+
+    cfg = CacheConfig(block_size=128)
+    cfg.num_gpu_blocks = 77
+    info = dict(cfg.metrics_info(), engine="0")
+    reg = CollectorRegistry()
+    Gauge("aphrodite:cache_config_info", "", list(info), registry=reg).labels(**info).set(1)
+    labels = S.metric_labels(generate_latest(reg).decode(), "aphrodite:cache_config_info")
+    assert labels["block_size"] == "128" and labels["num_gpu_blocks"] == "77"
+    assert S.pool_tokens(labels) == 77 * 128
+    with pytest.raises(RuntimeError, match="num_gpu_blocks"):
+        S.pool_tokens({})
+
+
 def test_the_server_command_parses_with_the_engines_own_arguments(engine, tmp_path):
     """Every engine flag of the suite's `aphrodite run` exists in the installed engine (its own
     parser), int2 included once the plugin is registered; the hybrid gets its GDN flags."""
@@ -83,7 +119,8 @@ def test_the_server_command_parses_with_the_engines_own_arguments(engine, tmp_pa
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text(json.dumps({"text_config": {}} if "hybrid" in name else {}))
         cmd = S.server_command(str(tmp_path / name), kv, 8011, 4096,
-                               ["--num-gpu-blocks-override", "64", "--block-size", "128"])
+                               ["--num-gpu-blocks-override", "64", "--block-size", "128"],
+                               load_format="auto" if kv == "auto" else "dummy", gpu_mem=0.4)
         args = cmd[cmd.index("run") + 1:]
         engine_args = ["--model", args[0]]
         rest = args[1:]
@@ -96,7 +133,8 @@ def test_the_server_command_parses_with_the_engines_own_arguments(engine, tmp_pa
             i += 1
         parsed = AsyncEngineArgs.add_cli_args(FlexibleArgumentParser()).parse_args(engine_args)
         assert parsed.kv_cache_dtype == kv and parsed.num_gpu_blocks_override == 64 and parsed.block_size == 128
-        assert parsed.enable_prefix_caching is False and parsed.load_format == "dummy"
+        assert parsed.enable_prefix_caching is False and parsed.gpu_memory_utilization == 0.4
+        assert parsed.load_format == ("auto" if kv == "auto" else "dummy")
         assert (parsed.attention_backend is None) == (kv == "int2")
         assert parsed.language_model_only == (name == "serve-hybrid27b")
 
