@@ -202,3 +202,46 @@ def test_k_offsets_errors(tmp_path, capsys):
     assert cli(["k-offsets", "--model", model_dir, "--text", text, "--window", "5000", "--device", "cpu",
                 "--dtype", "float32"]) == 2
     assert "need at least --window" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("preset", ["turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
+                                    "turboquant_3bit_nc"])
+def test_the_rebuilt_turboquant_presets_match_the_engines_own(preset, engine):
+    """The harness's turboquant rows stand for the engine's presets: the same bits, levels within
+    the engine's numerical integration of its own Lloyd-Max solution, and its boundary layers."""
+    from aphrodite.model_executor.layers.quantization.turboquant.centroids import solve_lloyd_max
+    from aphrodite.model_executor.layers.quantization.turboquant.config import TurboQuantConfig
+
+    from aphrodite_int2kv.quality.schemes import KVTransform, gaussian_lloyd_max, turboquant_preset
+
+    scheme = turboquant_preset(preset)
+    for D in (64, 128, 256):
+        engine_cfg = TurboQuantConfig.from_cache_dtype(preset, D)
+        assert scheme.bits_per_element(D) == pytest.approx(engine_cfg.slot_size * 8 / (2 * D))
+        if scheme.k_bits != 8:
+            ours, _ = gaussian_lloyd_max(scheme.k_bits, D ** -0.5)
+            theirs, _ = solve_lloyd_max(D, scheme.k_bits)
+            assert torch.allclose(ours, theirs, atol=5e-4)
+    try:        # 0.21-0.23 take the layer count, 0.24 a model config (and skip nothing on hybrids)
+        skipped = TurboQuantConfig.get_boundary_skip_layers(30)
+    except AttributeError:
+        from types import SimpleNamespace
+        skipped = TurboQuantConfig.get_boundary_skip_layers(
+            SimpleNamespace(is_hybrid=False, hf_text_config=SimpleNamespace(num_hidden_layers=30)))
+    assert skipped == ["0", "1", "28", "29"]
+    tf = KVTransform(scheme, 64, 3, 30)
+    torch.manual_seed(0)
+    k, v = torch.randn(64, 3, 64) * 3, torch.randn(64, 3, 64)
+    for layer in range(30):
+        kq, vq = tf(layer, k, v)
+        if str(layer) in skipped:
+            assert torch.equal(kq, k) and torch.equal(vq, v)
+            continue
+        # values: at most 2^v_bits levels per head vector, within half a step of the input
+        assert max(len(torch.unique(vq[t, h])) for t in range(4) for h in range(3)) <= 2 ** scheme.v_bits
+        step = (v.amax(-1, keepdim=True) - v.amin(-1, keepdim=True)) / (2 ** scheme.v_bits - 1)
+        assert ((vq - v).abs() <= step * 0.51 + 1e-3).all()
+        err = ((kq - k).norm() / k.norm()).item()
+        assert err < {8: 0.05, 4: 0.15, 3: 0.25}[scheme.k_bits], err
+        if scheme.norm_correction:   # the decoded key keeps the stored (fp16) norm
+            assert torch.allclose(kq.norm(dim=-1), k.norm(dim=-1), rtol=2e-3)

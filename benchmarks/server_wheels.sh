@@ -13,5 +13,6 @@ pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementa
   uvicorn h11 click httptools uvloop watchfiles anyio idna sniffio \
   prometheus-client prometheus-fastapi-instrumentator \
   aiohttp aiosignal frozenlist multidict yarl propcache aiohappyeyeballs attrs \
-  cloudpickle pillow regex tqdm
+  cloudpickle pillow regex tqdm \
+  ijson jmespath model-hosting-container-standards
 du -sh .whl; ls .whl

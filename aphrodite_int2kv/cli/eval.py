@@ -16,7 +16,9 @@ def add_parser(sub):
     p.add_argument("--windows", type=int, default=4, help="non-overlapping windows")
     p.add_argument("--start", type=int, default=78003, help="first token of the first window")
     p.add_argument("--schemes", default="standard",
-                   help="'standard' (the full comparison table) or 'custom' (one int2 row from the options below)")
+                   help="'standard' (the full comparison table), 'engine-dtypes' (the engine's own KV dtypes: fp8 "
+                        "and the turboquant presets, rebuilt, beside int2's default) or 'custom' (one int2 row from "
+                        "the options below)")
     p.add_argument("--group-size", type=int, default=32)
     p.add_argument("--k-rotation", default="hadamard", help="hadamard | none | rotation file")
     p.add_argument("--v-rotation", default="hadamard")
@@ -72,7 +74,7 @@ def evaluate(schemes, text="moby-dick", tokens=1024, windows=4, start=78003, pro
             nll = torch.nn.functional.cross_entropy(logits[:-1], w[1:], reduction="none")
             nll_all.append(nll)
             nll_late.append(nll[late - 1:])    # predictions of positions late..tokens-1
-        rows.append(dict(scheme=scheme.name, bits_per_element=round(scheme.bits_per_element(cfg.head_dim), 3),
+        rows.append(dict(scheme=scheme.name, bits_per_element=round(scheme.bits_per_element(cfg.head_dim, layers=cfg.n_layers), 3),
                          ppl=math.exp(torch.cat(nll_all).mean().item()),
                          late_ppl=math.exp(torch.cat(nll_late).mean().item()),
                          tokens=sum(len(w) for w in wins), windows=len(wins), text=text))
@@ -102,10 +104,12 @@ def run(args) -> int:
     if args.engine:
         from aphrodite_int2kv.quality.engine_eval import run_engine
         return run_engine(args)
-    from aphrodite_int2kv.quality.schemes import Scheme, standard_schemes
+    from aphrodite_int2kv.quality.schemes import Scheme, engine_dtype_schemes, standard_schemes
 
     if args.schemes == "standard":
         schemes = standard_schemes()
+    elif args.schemes == "engine-dtypes":
+        schemes = engine_dtype_schemes()
     elif args.schemes == "custom":
         name = (f"int2 G{args.group_size} K-rot={args.k_rotation} V-rot={args.v_rotation}"
                 f" levels={args.levels} clip{args.k_clip}/{args.v_clip}"
@@ -124,7 +128,7 @@ def run(args) -> int:
                           lloyd_max=args.levels == "lloyd-max", std_range=args.levels == "std",
                           recent=args.recent, sink=args.sink, **({"center": args.center} | free))]
     else:
-        print(f"--schemes must be 'standard' or 'custom', not {args.schemes!r}", file=sys.stderr)
+        print(f"--schemes must be 'standard', 'engine-dtypes' or 'custom', not {args.schemes!r}", file=sys.stderr)
         return 2
     rows = evaluate(schemes, args.text, args.tokens, args.windows, args.start)
     print_table(rows)

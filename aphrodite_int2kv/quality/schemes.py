@@ -18,7 +18,7 @@ from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 @dataclasses.dataclass(frozen=True)
 class Scheme:
     name: str
-    kind: str                    # fp | int2 | naive | kivi | fp8 | int4
+    kind: str                    # fp | int2 | naive | kivi | fp8 | int4 | turboquant
     group_size: int = 32
     k_rotation: str = "hadamard"  # hadamard | none | a rotation file (int2 only)
     v_rotation: str = "hadamard"
@@ -34,16 +34,30 @@ class Scheme:
     center_mean_from: int = 0    # ...leaving the first N of them (attention sinks) out of the mean
     query_codes: bool = False    # int2 keys (but uncentered first ones) scored as decode's folded tile does:
     #                              with the query rounded to int8 in the K-rotated basis (reference.query_codes)
+    # turboquant (the engine's own presets, rebuilt from their description, see turboquant_preset):
+    k_bits: int = 0              # 8: fp8 e4m3 keys; 3-4: Lloyd-Max codes of the rotated unit key + its norm
+    v_bits: int = 0              # uniform codes over each value vector, fp16 scale and zero
+    norm_correction: bool = False  # rescale the decoded unit key to norm 1 before un-rotating
+    boundary: int = 0            # first and last N layers kept in full precision
 
-    def bits_per_element(self, head_dim: int, context: int = 32768) -> float:
+    def bits_per_element(self, head_dim: int, context: int = 32768, layers: int = 0) -> float:
+        """Stored bits per K/V element, averaged over K and V, the window and (given `layers`) the
+        full-precision boundary layers."""
         base = {"fp": 16.0, "fp8": 8.0,
                 "naive": 2 + 32 / head_dim,
                 "kivi": 2 + 32 / 32,
                 "int4": 4 + 32 / self.group_size}.get(self.kind)
+        if self.kind == "turboquant":   # key: codes + fp16 norm (fp8: none); value: codes + fp16 scale, zero
+            key = 8.0 if self.k_bits == 8 else self.k_bits + 16 / head_dim
+            base = (key + self.v_bits + 32 / head_dim) / 2
         if base is None:  # ours: the slot format, padding included
             base = SlotLayout(head_dim, self.group_size).bits_per_element()
         window = min(context, self.recent + self.sink)
-        return (base * (context - window) + 16 * window) / context
+        bits = (base * (context - window) + 16 * window) / context
+        if layers and self.boundary:
+            full = min(layers, 2 * self.boundary)
+            bits = (bits * (layers - full) + 16 * full) / layers
+        return bits
 
 
 def _uniform(x, bits, dim_groups):
@@ -59,11 +73,54 @@ def _uniform(x, bits, dim_groups):
     return (c * scale + lo).reshape(shape)
 
 
+def turboquant_preset(name: str) -> Scheme:
+    """The engine's `--kv-cache-dtype turboquant_*` presets (aphrodite 0.21.0's TQ_PRESETS and
+    store kernels, rebuilt from their description): keys either cast to fp8 e4m3 as they are
+    (k8) or divided by their norm, Hadamard-rotated and coded per coordinate with the 2^b
+    Lloyd-Max levels of N(0, 1/head_dim), the norm kept in fp16; values coded uniformly over each
+    head vector (min/max, fp16 scale and zero), not rotated; the first and last 2 layers in full
+    precision (the engine's boundary protection)."""
+    k_bits, v_bits, nc = {"turboquant_k8v4": (8, 4, False), "turboquant_4bit_nc": (4, 4, True),
+                          "turboquant_k3v4_nc": (3, 4, True), "turboquant_3bit_nc": (3, 3, True)}[name]
+    return Scheme(f"{name} (engine preset, rebuilt)", "turboquant", k_bits=k_bits, v_bits=v_bits,
+                  norm_correction=nc, boundary=2)
+
+
+def gaussian_lloyd_max(bits: int, sigma: float, iters: int = 300) -> tuple[torch.Tensor, torch.Tensor]:
+    """Levels and decision boundaries of the 2^bits-level minimum-MSE quantizer of N(0, sigma^2):
+    Lloyd's iteration with each level at its cell's conditional mean (closed form)."""
+    n = 2 ** bits
+    levels = torch.linspace(-2.5, 2.5, n, dtype=torch.float64)
+    normal = torch.distributions.Normal(0.0, 1.0)
+    for _ in range(iters):
+        edges = torch.cat([torch.tensor([-torch.inf]), (levels[1:] + levels[:-1]) / 2, torch.tensor([torch.inf])])
+        pdf = torch.exp(normal.log_prob(edges.clamp(-40, 40)))
+        mass = normal.cdf(edges[1:]) - normal.cdf(edges[:-1])
+        levels = (pdf[:-1] - pdf[1:]) / mass.clamp(min=1e-300)
+    bounds = (levels[1:] + levels[:-1]) / 2
+    return (levels * sigma).float(), (bounds * sigma).float()
+
+
+def _turboquant(k, v, s: Scheme, D: int):
+    if s.k_bits == 8:
+        kq = k.to(torch.float8_e4m3fn).float()
+    else:
+        H = hadamard(D)
+        norm = k.norm(dim=-1, keepdim=True)
+        y = (k / (norm + 1e-8)) @ H
+        levels, bounds = gaussian_lloyd_max(s.k_bits, D ** -0.5)
+        yq = levels[torch.bucketize(y, bounds)]
+        if s.norm_correction:
+            yq = yq / yq.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+        kq = (yq @ H.T) * norm.half().float()
+    return kq, _uniform(v, s.v_bits, D)
+
+
 class KVTransform:
     """Per layer: (k, v) [T, Hkv, D] -> what the cache gives back, fp32."""
 
     def __init__(self, scheme: Scheme, head_dim: int, num_kv_heads: int, layers: int):
-        self.s, self.D = scheme, head_dim
+        self.s, self.D, self.layers = scheme, head_dim, layers
         if scheme.kind == "int2":
             self.layout = SlotLayout(head_dim, scheme.group_size)
             self.offsets = {}
@@ -89,6 +146,10 @@ class KVTransform:
         if s.kind == "int4":
             H = hadamard(self.D)
             return (_uniform(k @ H, 4, s.group_size) @ H.T, _uniform(v @ H, 4, s.group_size) @ H.T)
+        if s.kind == "turboquant":
+            if layer < s.boundary or layer >= self.layers - s.boundary:
+                return k, v
+            return _turboquant(k, v, s, self.D)
         if s.kind == "fp8":
             def f8(x):
                 scale = x.abs().amax(dim=(0, 2), keepdim=True).clamp(min=1e-6) / 448.0
@@ -182,6 +243,15 @@ def engine_default_scheme(group_size: int = 32):
     return Scheme(f"engine default: int2 hadamard G{group_size} std-range + recent128 + "
                   f"data-free K-center 16", "int2", group_size=group_size, std_range=True, center=True,
                   center_skip=16, center_from_cache=True, recent=128)
+
+
+def engine_dtype_schemes():
+    """One row per KV-cache dtype aphrodite offers that this harness can rebuild, beside int2's
+    default (`aphrodite-int2kv eval --schemes engine-dtypes`)."""
+    return [Scheme("fp", "fp"), Scheme("fp8 e4m3 per-head", "fp8"),
+            *(turboquant_preset(n) for n in ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
+                                             "turboquant_3bit_nc")),
+            engine_default_scheme()]
 
 
 def standard_schemes():
