@@ -57,8 +57,42 @@ def test_every_benchmark_entry_point_answers_help():
 
     root = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
     scripts = sorted(p for p in root.iterdir() if p.suffix in (".py", ".sh"))
-    assert 4 <= len(scripts) <= 12
+    assert 4 <= len(scripts) <= 13
     for p in scripts:
         cmd = ["bash", str(p), "--help"] if p.suffix == ".sh" else [sys.executable, str(p), "--help"]
         res = subprocess.run(cmd, cwd=root.parent, capture_output=True, text=True, timeout=120)
         assert res.returncode == 0 and len(res.stdout) > 80, (p.name, res.stdout[-500:], res.stderr[-1500:])
+
+
+def test_dtype_capacity_sizes_every_engine_dtype_by_the_engines_arithmetic(engine, tmp_path):
+    """benchmarks/dtype_capacity.py: a row for every KV dtype the engine offers; TurboQuant's
+    tokens follow its slot size with 4 of 36 layers in bf16, int2 stays >= 5x; on the
+    layout-based API (0.24) it refuses with the reason instead of sizing the wrong pages."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = tmp_path / "cap.json"
+    res = subprocess.run([sys.executable, "benchmarks/dtype_capacity.py", "--out", str(out)], cwd=root,
+                         capture_output=True, text=True, timeout=600)
+    if not shape_based_kv_api():
+        assert res.returncode != 0 and "customize_spec" in res.stderr and "0.21" in res.stderr
+        return
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = {r["kv_cache_dtype"]: r for r in json.load(open(out))}
+    import aphrodite_int2kv
+    from aphrodite_int2kv.quality.engine_eval import engine_kv_dtypes
+
+    aphrodite_int2kv.register()
+    assert set(rows) == set(engine_kv_dtypes())
+    assert rows["auto"]["vs_bf16"] == 1.0 and rows["fp8"]["vs_bf16"] == 2.0 and rows["int2"]["vs_bf16"] >= 5.0
+    from aphrodite.model_executor.layers.quantization.turboquant.config import TurboQuantConfig
+
+    bf16_bytes = 2 * 128 * 2          # K and V of one head, one token
+    for kv in [k for k in rows if k.startswith("turboquant_")]:
+        slot = TurboQuantConfig.from_cache_dtype(kv, 128).slot_size_aligned
+        assert rows[kv]["vs_bf16"] == pytest.approx(36 * bf16_bytes / (4 * bf16_bytes + 32 * slot), rel=2e-3), kv
