@@ -245,3 +245,24 @@ def test_the_rebuilt_turboquant_presets_match_the_engines_own(preset, engine):
         assert err < {8: 0.05, 4: 0.15, 3: 0.25}[scheme.k_bits], err
         if scheme.norm_correction:   # the decoded key keeps the stored (fp16) norm
             assert torch.allclose(kq.norm(dim=-1), k.norm(dim=-1), rtol=2e-3)
+
+
+@pytest.mark.parametrize("kind,qmax", [("int8_pth", 127.0), ("fp8_pth", 448.0)])
+def test_the_rebuilt_per_token_head_dtypes(kind, qmax):
+    """int8 / fp8_per_token_head: one scale per token and head (absmax / QMAX), 8 bits per
+    element plus that fp32 scale; int8 codes are whole numbers within a step of the input."""
+    from aphrodite_int2kv.quality.schemes import KVTransform, Scheme
+
+    s = Scheme(kind, kind)
+    assert s.bits_per_element(128) == 8 + 32 / 128
+    torch.manual_seed(0)
+    x = torch.randn(32, 2, 64) * 5
+    got, _ = KVTransform(s, 64, 2, 4)(0, x, x)
+    scale = x.abs().amax(-1, keepdim=True) / qmax
+    top = (got / scale).abs().amax(-1)      # the absmax element lands on the top code (int8: or
+    assert ((top <= qmax * 1.001) & (top >= qmax - 1.001)).all()   # one below, truncated from 126.99..)
+    if kind == "int8_pth":
+        codes = got / scale
+        assert torch.allclose(codes, codes.round(), atol=1e-3) and ((got - x).abs() < scale * 1.001).all()
+    else:
+        assert ((got - x).abs() <= x.abs() * 2 ** -3 + 1e-6).all()

@@ -8,6 +8,10 @@ if [ ! -d "$SITE/aphrodite" ]; then
   python3 -m pip install -q --no-index --no-deps --no-compile --target $SITE .gpu-bundle/whl/*.whl
   tar xJf .gpu-bundle/aphrodite.tar.xz -C $SITE
 fi
+# the OpenAI server's packages (benchmarks/server_wheels.sh), unzipped wheels
+if [ -f .whl/server-site.tar.xz ]; then
+  tar xJf .whl/server-site.tar.xz -C $SITE
+fi
 # extra wheels the EXL3 path needs (compressed-tensors for aphrodite's quantization registry)
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target $SITE .whl/*.whl

@@ -20,9 +20,9 @@ tiny tokenizer of make_models.py, CUDA graphs on) and runs, bounded in count and
            (read back from the engine's aphrodite:cache_config_info) run one at a time, then all
            at once, which makes the engine preempt and recompute (aphrodite:num_preemptions);
            the greedy outputs must be equal
-Servers start one after another (the engine's memory profiling assumes no other process frees
-GPU memory meanwhile); with --parallel, a server's phases run while the next one starts, so
-bf16 and int2 share the GPU (give each its --gpu-mem). Prints a table and writes one JSON object
+Servers start one after another and, with --parallel, stop only at the end (the engine's memory
+profiling fails when another process frees GPU memory meanwhile); with --parallel a server's
+phases run while the next one starts, so bf16 and int2 share the GPU (give each its --gpu-mem). Prints a table and writes one JSON object
 per dtype to --out (server logs beside it); --deadline-s skips phases that would start after it.
 
 On the H200 machine: run `bash benchmarks/server_wheels.sh` here first (the server's wheels, into
@@ -595,7 +595,6 @@ def main():
         except Exception as exc:   # noqa: BLE001 - the failure is the result
             row[f"{names[0][0]}_error"] = f"{type(exc).__name__}: {exc}"
         finally:
-            server.stop()
             save()
 
     # (phases, server) in start order: the main servers first, then the tiny preemption servers
@@ -613,7 +612,9 @@ def main():
                 ["--num-gpu-blocks-override", str(args.preempt_blocks), *pages, *args.server_arg],
                 log=os.path.join(log_dir, f"server_{kv}_preempt.log"), load_format="auto",
                 gpu_mem=args.preempt_gpu_mem)))
-    threads = []
+    # a server stops only once no other one is starting: the engine's memory profiling fails when
+    # another process frees GPU memory meanwhile ("Error in memory profiling")
+    threads, servers = [], []
     for kv, names, role, make in starts:
         if late():
             results[kv][f"{role}_error"] = f"not started: deadline of {args.deadline_s:.0f} s passed"
@@ -629,10 +630,14 @@ def main():
         thread = threading.Thread(target=run_phases, args=(server, kv, names))
         thread.start()
         threads.append(thread)
+        servers.append(server)
         if not args.parallel:
             thread.join()
+            server.stop()
     for thread in threads:
         thread.join()
+    for server in servers:
+        server.stop()
     save()
     print(table(list(results.values())))
 

@@ -18,7 +18,7 @@ from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 @dataclasses.dataclass(frozen=True)
 class Scheme:
     name: str
-    kind: str                    # fp | int2 | naive | kivi | fp8 | int4 | turboquant
+    kind: str                    # fp | int2 | naive | kivi | fp8 | int4 | turboquant | int8_pth | fp8_pth
     group_size: int = 32
     k_rotation: str = "hadamard"  # hadamard | none | a rotation file (int2 only)
     v_rotation: str = "hadamard"
@@ -46,7 +46,8 @@ class Scheme:
         base = {"fp": 16.0, "fp8": 8.0,
                 "naive": 2 + 32 / head_dim,
                 "kivi": 2 + 32 / 32,
-                "int4": 4 + 32 / self.group_size}.get(self.kind)
+                "int4": 4 + 32 / self.group_size,
+                "int8_pth": 8 + 32 / head_dim, "fp8_pth": 8 + 32 / head_dim}.get(self.kind)
         if self.kind == "turboquant":   # key: codes + fp16 norm (fp8: none); value: codes + fp16 scale, zero
             key = 8.0 if self.k_bits == 8 else self.k_bits + 16 / head_dim
             base = (key + self.v_bits + 32 / head_dim) / 2
@@ -116,6 +117,21 @@ def _turboquant(k, v, s: Scheme, D: int):
     return kq, _uniform(v, s.v_bits, D)
 
 
+def _per_token_head(x, kind):
+    """The engine's int8_per_token_head / fp8_per_token_head (aphrodite 0.21.0's per-token-head
+    store kernel, rebuilt): one fp32 scale per token and head, max(absmax / QMAX, 1e-6); the scaled
+    values clamped and stored, which truncates toward zero for int8 (a float stored into an int8
+    tensor) and rounds to nearest for fp8 e4m3."""
+    qmax = 127.0 if kind == "int8_pth" else 448.0
+    scale = (x.abs().amax(-1, keepdim=True) / qmax).clamp(min=1e-6)
+    y = x / scale
+    if kind == "int8_pth":
+        q = y.clamp(-128, 127).trunc()
+    else:
+        q = y.clamp(-448, 448).to(torch.float8_e4m3fn).float()
+    return q * scale
+
+
 class KVTransform:
     """Per layer: (k, v) [T, Hkv, D] -> what the cache gives back, fp32."""
 
@@ -150,6 +166,8 @@ class KVTransform:
             if layer < s.boundary or layer >= self.layers - s.boundary:
                 return k, v
             return _turboquant(k, v, s, self.D)
+        if s.kind in ("int8_pth", "fp8_pth"):
+            return _per_token_head(k, s.kind), _per_token_head(v, s.kind)
         if s.kind == "fp8":
             def f8(x):
                 scale = x.abs().amax(dim=(0, 2), keepdim=True).clamp(min=1e-6) / 448.0
@@ -249,6 +267,8 @@ def engine_dtype_schemes():
     """One row per KV-cache dtype aphrodite offers that this harness can rebuild, beside int2's
     default (`aphrodite-int2kv eval --schemes engine-dtypes`)."""
     return [Scheme("fp", "fp"), Scheme("fp8 e4m3 per-head", "fp8"),
+            Scheme("int8_per_token_head (engine dtype, rebuilt)", "int8_pth"),
+            Scheme("fp8_per_token_head (engine dtype, rebuilt)", "fp8_pth"),
             *(turboquant_preset(n) for n in ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
                                              "turboquant_3bit_nc")),
             engine_default_scheme()]
