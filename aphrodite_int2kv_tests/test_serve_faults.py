@@ -29,21 +29,50 @@ def test_the_soak_plan_mixes_lengths_and_streams_reproducibly():
     assert all(16 <= r["prompt_len"] <= 512 for r in S.soak_plan(200, 0, 0, short_max=512))
 
 
-@pytest.mark.parametrize("pool", [8192, 16384, 65536, 200000])
-def test_the_preemption_plan_overfills_the_pool_with_requests_that_fit_alone(pool):
-    plan = S.preempt_plan(pool, 4096, 256)
+@pytest.mark.parametrize("pool", [4096, 6144, 16384, 65536, 200000])
+def test_the_preemption_plan_outgrows_the_pool_while_decoding(pool):
+    plan = S.preempt_plan(pool, 2048)
     totals = [r["prompt_len"] + r["max_tokens"] for r in plan]
-    assert max(totals) <= min(4096 - 8, pool // 3)
+    assert max(totals) <= min(2048 - 8, pool // 3)
+    assert all(r["max_tokens"] >= 2 * r["prompt_len"] for r in plan)     # output-heavy
     assert 8 <= len(plan) <= 32 and len({r["seed"] for r in plan}) == len(plan)
     if len(plan) < 32:       # capped only for very large pools
         assert sum(totals) >= 2 * pool
+        assert sum(r["prompt_len"] for r in plan) < pool    # the prompts alone fit: decoding outgrows it
     with pytest.raises(ValueError, match="--preempt-blocks"):
-        S.preempt_plan(600, 4096, 256)
+        S.preempt_plan(600, 2048)
 
 
-def test_outputs_are_compared_by_their_first_difference():
-    assert S.first_difference("abc", "abc") == -1
-    assert S.first_difference("abc", "abd") == 2 and S.first_difference("ab", "abc") == 2
+def test_the_pool_is_the_engines_own_start_up_figure(engine):
+    """Read from the line the installed engine's sizing code logs (its own format string)."""
+    import inspect
+    import re
+
+    import aphrodite.v1.core.kv_cache_utils as kcu
+
+    fmt = re.search(r'"(GPU KV cache size: %s tokens[^"]*)"', inspect.getsource(kcu)).group(1)
+    line = fmt.replace("%s", f"{10922:,}", 1).replace("%s", "2,048").replace("%.2f", "2.67")
+    assert S.engine_kv_tokens("INFO start\nINFO 17:50:46 " + line + "\n") == 10922
+    with pytest.raises(RuntimeError, match="GPU KV cache size"):
+        S.engine_kv_tokens("no such line")
+
+
+def test_greedy_runs_part_at_a_near_tie_or_a_wide_gap(engine):
+    """Divergence read from the engine's own completion logprobs model: where the runs part and
+    the run alone's top-1 / top-2 gap there."""
+    from aphrodite.entrypoints.openai.completion.protocol import CompletionLogProbs
+
+    def run(tokens, tops):
+        lp = CompletionLogProbs(tokens=tokens, top_logprobs=tops, token_logprobs=[0.0] * len(tokens))
+        return json.loads(lp.model_dump_json())
+
+    tops = [{"token_id:1": -0.1, "token_id:2": -2.0}, {"token_id:3": -0.70, "token_id:4": -0.72}]
+    alone = run(["token_id:1", "token_id:3"], tops)
+    assert S.first_divergence(alone, alone) == dict(at=-1, gap=None)
+    near = S.first_divergence(alone, run(["token_id:1", "token_id:4"], tops))
+    assert near["at"] == 1 and near["gap"] == pytest.approx(0.02)
+    wide = S.first_divergence(alone, run(["token_id:2", "token_id:3"], tops))
+    assert wide["at"] == 0 and wide["gap"] == pytest.approx(1.9)
 
 
 def _stream_lines(engine_version):
@@ -87,24 +116,6 @@ def test_metrics_are_read_by_the_engines_names(engine):
     Gauge("aphrodite:kv_cache_usage_perc", "", ["model_name", "engine"], registry=reg).labels("m", "0").set(0.25)
     got = S.parse_metrics(generate_latest(reg).decode())
     assert got == {"aphrodite:num_preemptions": 3.0, "aphrodite:kv_cache_usage_perc": 0.25}
-
-
-def test_the_pool_is_read_from_the_engines_cache_config_info(engine):
-    """The engine's own info gauge (its CacheConfig's fields as labels), exposed by
-    prometheus_client, gives the pool in tokens."""
-    from prometheus_client import CollectorRegistry, Gauge, generate_latest
-    from aphrodite.config import CacheConfig
-
-    cfg = CacheConfig(block_size=128)
-    cfg.num_gpu_blocks = 77
-    info = dict(cfg.metrics_info(), engine="0")
-    reg = CollectorRegistry()
-    Gauge("aphrodite:cache_config_info", "", list(info), registry=reg).labels(**info).set(1)
-    labels = S.metric_labels(generate_latest(reg).decode(), "aphrodite:cache_config_info")
-    assert labels["block_size"] == "128" and labels["num_gpu_blocks"] == "77"
-    assert S.pool_tokens(labels) == 77 * 128
-    with pytest.raises(RuntimeError, match="num_gpu_blocks"):
-        S.pool_tokens({})
 
 
 def test_the_server_command_parses_with_the_engines_own_arguments(engine, tmp_path):

@@ -16,10 +16,11 @@ tiny tokenizer of make_models.py, CUDA graphs on) and runs, bounded in count and
            each must get an HTTP 4xx naming the problem, and a normal request must succeed after
   preempt  a second server with a pool of --preempt-blocks pages, on make_models.py's tiny model
            of the same family with its saved weights (dummy weights give near-equal logits, so
-           their greedy text says nothing about the KV cache): requests sized to that pool
-           (read back from the engine's aphrodite:cache_config_info) run one at a time, then all
-           at once, which makes the engine preempt and recompute (aphrodite:num_preemptions);
-           the greedy outputs must be equal
+           their greedy text says nothing about the KV cache): output-heavy requests sized to the
+           pool the engine reports run one at a time, then all at once, which makes the engine
+           preempt and recompute (aphrodite:num_preemptions); the greedy outputs must be equal,
+           or part only at a near-tie (top-1 / top-2 gap under --tie-gap: batching noise, which
+           the bf16 control shows too)
 Servers start one after another and, with --parallel, stop only at the end (the engine's memory
 profiling fails when another process frees GPU memory meanwhile); with --parallel a server's
 phases run while the next one starts, so bf16 and int2 share the GPU (give each its --gpu-mem). Prints a table and writes one JSON object
@@ -67,18 +68,45 @@ def soak_plan(n: int, long: int, long_len: int, seed: int = 0, short_max: int = 
     return plan
 
 
-def preempt_plan(pool_tokens: int, max_model_len: int, gen: int, n_min: int = 8, n_max: int = 32,
+def preempt_plan(pool_tokens: int, max_model_len: int, n_min: int = 8, n_max: int = 32,
                  demand: float = 2.5) -> list[dict]:
-    """Greedy requests that each fit the pool alone but together ask for `demand` x the pool: each
-    at most a third of the pool and within max-model-len, at least n_min and at most n_max."""
+    """Greedy requests that each fit the pool alone but together ask for `demand` x the pool, a
+    quarter prompt and three quarters output, so that the running requests outgrow the pool while
+    they decode (the scheduler admits a prompt only where it fits, so prompts alone never force a
+    preemption): each at most a third of the pool and within max-model-len, n_min to n_max."""
     per_request = min(max_model_len - 8, pool_tokens // 3)
-    if per_request < gen + 64:
+    if per_request < 256:
         raise ValueError(f"a pool of {pool_tokens} tokens with max-model-len {max_model_len} leaves "
-                         f"{per_request} tokens per request, too few for {gen} output tokens: "
-                         "raise --preempt-blocks or lower --preempt-tokens")
+                         f"{per_request} tokens per request: raise --preempt-blocks")
     n = max(n_min, min(n_max, -(-int(demand * pool_tokens) // per_request)))
-    prompt = per_request - gen
-    return [dict(id=i, prompt_len=prompt - 7 * (i % 8), max_tokens=gen, seed=100 + i) for i in range(n)]
+    prompt = per_request // 4
+    return [dict(id=i, prompt_len=prompt - 7 * (i % 8), max_tokens=per_request - prompt, seed=100 + i)
+            for i in range(n)]
+
+
+def engine_kv_tokens(log_text: str) -> int:
+    """The pool in tokens as the engine reports it at start-up ("GPU KV cache size: N tokens"):
+    with int2 the recent window's pages share the blocks, so blocks x block size overstates it."""
+    import re
+
+    found = re.findall(r"GPU KV cache size: ([\d,]+) tokens", log_text)
+    if not found:
+        raise RuntimeError("the server log has no 'GPU KV cache size' line")
+    return int(found[-1].replace(",", ""))
+
+
+def first_divergence(alone: dict, together: dict) -> dict:
+    """Where two greedy runs of one request part (token lists and top-2 logprobs of the
+    completions API's `logprobs`), and the top-1 / top-2 gap of the run alone there. Batching
+    alone moves logits by bf16 rounding, which flips a near-tie; a divergence at a wide gap is a
+    cache that read back something else (after a preemption: the recomputed KV)."""
+    a, b = alone.get("tokens") or [], together.get("tokens") or []
+    if a == b:
+        return dict(at=-1, gap=None)
+    at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    top = (alone.get("top_logprobs") or [])[at:at + 1]
+    values = sorted(top[0].values(), reverse=True) if top and top[0] else []
+    return dict(at=at, gap=round(values[0] - values[1], 4) if len(values) > 1 else None)
 
 
 def prompt_ids(length: int, seed: int) -> list[int]:
@@ -152,37 +180,6 @@ def parse_metrics(text: str) -> dict:
     return out
 
 
-def metric_labels(text: str, name: str) -> dict:
-    """The labels of a metric's first sample (an info gauge such as aphrodite:cache_config_info)."""
-    for line in text.splitlines():
-        if line.startswith(name + "{"):
-            body = line[len(name) + 1:line.rindex("}")]
-            labels, key, i = {}, "", 0
-            while i < len(body):      # key="value" pairs, values with \" and \\ escapes
-                eq = body.index("=", i)
-                key = body[i:eq].strip(" ,")
-                j, val = eq + 2, []
-                while body[j] != '"':
-                    if body[j] == "\\":
-                        j += 1
-                        val.append({"n": "\n"}.get(body[j], body[j]))
-                    else:
-                        val.append(body[j])
-                    j += 1
-                labels[key] = "".join(val)
-                i = j + 1
-            return labels
-    return {}
-
-
-def pool_tokens(labels: dict) -> int:
-    """Tokens in the KV pool from cache_config_info's labels (pages x tokens per page)."""
-    try:
-        return int(labels["num_gpu_blocks"]) * int(labels["block_size"])
-    except (KeyError, ValueError) as exc:
-        raise RuntimeError(f"aphrodite:cache_config_info has no num_gpu_blocks/block_size: {labels}") from exc
-
-
 def drift(samples: list[tuple], skip: float = 0.2) -> dict:
     """Memory samples (t, gpu MiB, host MiB[, ...]) -> first / last / max after the first `skip` of
     the run (warm-up), and last - first."""
@@ -194,13 +191,6 @@ def drift(samples: list[tuple], skip: float = 0.2) -> dict:
     return dict(gpu_mib_first=g[0], gpu_mib_last=g[-1], gpu_mib_max=max(g), gpu_mib_drift=g[-1] - g[0],
                 host_mib_first=h[0], host_mib_last=h[-1], host_mib_max=max(h), host_mib_drift=h[-1] - h[0],
                 samples=len(samples))
-
-
-def first_difference(a: str, b: str) -> int:
-    """Index of the first character where two outputs differ (-1 when equal)."""
-    if a == b:
-        return -1
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
 
 
 # ---- the server and its clients
@@ -347,7 +337,9 @@ def completion(port, req, **extra):
     status, body = request(port, "POST", "/v1/completions", completion_body(req, **extra), stream=req.get("stream"))
     if status == 200 and not req.get("stream"):
         choice = body["choices"][0]
-        body = dict(text=choice.get("text"), finish_reason=choice.get("finish_reason"), usage=body.get("usage"))
+        lp = choice.get("logprobs") or {}
+        body = dict(text=choice.get("text"), finish_reason=choice.get("finish_reason"), usage=body.get("usage"),
+                    tokens=lp.get("tokens"), top_logprobs=lp.get("top_logprobs"))
     return status, body
 
 
@@ -472,25 +464,26 @@ def bad_requests(server, args, label):
 
 
 def preemption(server, args, label):
-    labels = metric_labels(metrics_text(server.port), "aphrodite:cache_config_info")
-    pool = pool_tokens(labels)
-    plan = preempt_plan(pool, args.preempt_max_len, args.preempt_tokens)
+    pool = engine_kv_tokens(open(server.log.name).read())
+    plan = preempt_plan(pool, args.preempt_max_len)
     t0 = time.time()
-    alone = [completion(server.port, r) for r in plan]
+    ids = dict(logprobs=2, return_tokens_as_token_ids=True)     # token ids: two ids may print alike
+    alone = [completion(server.port, r, **ids) for r in plan]
     before = metrics(server.port).get("aphrodite:num_preemptions", 0.0)
     with ThreadPoolExecutor(len(plan)) as pool_:
-        together = list(pool_.map(lambda r: completion(server.port, r), plan))
+        together = list(pool_.map(lambda r: completion(server.port, r, **ids), plan))
     preempted = metrics(server.port).get("aphrodite:num_preemptions", 0.0) - before
     errors = [check_completion(r, *a) or check_completion(r, *b) for r, a, b in zip(plan, alone, together)]
-    diffs = [first_difference(a[1].get("text") or "", b[1].get("text") or "")
-             if isinstance(a[1], dict) and isinstance(b[1], dict) else 0 for a, b in zip(alone, together)]
-    print(f"  {label} preempt: {len(plan)} requests, {preempted:.0f} preemptions, "
-          f"{sum(d == -1 for d in diffs)} equal", flush=True)
-    return dict(requests=len(plan), pool_tokens=pool, block_size=int(labels["block_size"]),
-                pool_blocks=int(labels["num_gpu_blocks"]), prompt_tokens=[r["prompt_len"] for r in plan],
-                output_tokens=args.preempt_tokens, preemptions=preempted, outputs_equal=sum(d == -1 for d in diffs),
-                first_difference=diffs, errors=[e for e in errors if e][:10], seconds=round(time.time() - t0, 1),
-                alive=server.alive())
+    parts = [first_divergence(a[1], b[1]) if isinstance(a[1], dict) and isinstance(b[1], dict) else dict(at=0, gap=None)
+             for a, b in zip(alone, together)]
+    equal = sum(p["at"] == -1 for p in parts)
+    wide = [p for p in parts if p["at"] != -1 and (p["gap"] is None or p["gap"] > args.tie_gap)]
+    print(f"  {label} preempt: {len(plan)} requests, {preempted:.0f} preemptions, {equal} equal, "
+          f"{len(wide)} parted at a gap over {args.tie_gap}", flush=True)
+    return dict(requests=len(plan), pool_tokens=pool, prompt_tokens=[r["prompt_len"] for r in plan],
+                output_tokens=plan[0]["max_tokens"], preemptions=preempted, outputs_equal=equal,
+                divergences=parts, tie_gap=args.tie_gap, parted_at_wide_gap=len(wide),
+                errors=[e for e in errors if e][:10], seconds=round(time.time() - t0, 1), alive=server.alive())
 
 
 def model_dir_for(name, base_dir):
@@ -524,8 +517,8 @@ MAIN_PHASES = (("soak", soak), ("aborts", aborts), ("bad", bad_requests))
 
 def table(results) -> str:
     rows = ["| kv | requests | errors | aborted | KV usage before / after | bad requests with a 4xx | "
-            "preemptions | greedy outputs equal | GPU / host MiB drift |",
-            "|---|---|---|---|---|---|---|---|---|"]
+            "preemptions | greedy outputs equal | parted at a wide gap | GPU / host MiB drift |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s, a, b, p = (r.get(k) or {} for k in ("soak", "aborts", "bad", "preempt"))
         mem = s.get("memory") or {}
@@ -535,6 +528,7 @@ def table(results) -> str:
         rows.append(f"| {r['kv_cache_dtype']} | {s.get('requests')} | {s.get('errors')} | {a.get('aborted')} | "
                     f"{a.get('kv_usage_before')} / {a.get('kv_usage_after')} | {clear} of {len(b.get('cases') or {})} | "
                     f"{p.get('preemptions')} | {p.get('outputs_equal')} of {p.get('requests')} | "
+                    f"{p.get('parted_at_wide_gap')} | "
                     f"{mem.get('gpu_mib_drift')} / {mem.get('host_mib_drift')} |" + (f" {errs}" if errs else ""))
     return "\n".join(rows)
 
@@ -554,10 +548,11 @@ def main():
     ap.add_argument("--short-max", type=int, default=2048, help="longest prompt of the other soak requests")
     ap.add_argument("--aborts", type=int, default=200)
     ap.add_argument("--max-model-len", type=int, default=40960)
-    ap.add_argument("--preempt-blocks", type=int, default=128, help="KV pages of the preemption phase's server")
+    ap.add_argument("--preempt-blocks", type=int, default=48, help="KV pages of the preemption phase's server")
     ap.add_argument("--preempt-gpu-mem", type=float, default=0.05)
-    ap.add_argument("--preempt-max-len", type=int, default=4096, help="its max-model-len")
-    ap.add_argument("--preempt-tokens", type=int, default=256, help="output tokens per preemption request")
+    ap.add_argument("--preempt-max-len", type=int, default=2048, help="its max-model-len")
+    ap.add_argument("--tie-gap", type=float, default=0.05,
+                    help="top-1 / top-2 logprob gap (nats) below which a greedy divergence is a batching near-tie")
     ap.add_argument("--sample-s", type=float, default=2.0, help="memory sampling period")
     ap.add_argument("--port", type=int, default=8011)
     ap.add_argument("--deadline-s", type=float, default=0, help="start no phase after this many seconds (0: none)")
