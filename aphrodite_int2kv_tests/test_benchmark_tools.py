@@ -96,3 +96,18 @@ def test_dtype_capacity_sizes_every_engine_dtype_by_the_engines_arithmetic(engin
     for kv in [k for k in rows if k.startswith("turboquant_")]:
         slot = TurboQuantConfig.from_cache_dtype(kv, 128).slot_size_aligned
         assert rows[kv]["vs_bf16"] == pytest.approx(36 * bf16_bytes / (4 * bf16_bytes + 32 * slot), rel=2e-3), kv
+
+
+def test_e2e_concurrency_list_takes_the_dtypes_own_maximum():
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    from e2e_throughput import concurrencies
+
+    assert concurrencies("1,11,max", 69.85) == [1, 11, 69]
+    assert concurrencies("1,max", 0.4) == [1] and concurrencies("8", None) == [8]
+    with pytest.raises(SystemExit, match="reported no maximum"):
+        concurrencies("max", None)
+    with pytest.raises(SystemExit, match="auto"):
+        concurrencies("bf16max", 11.6)

@@ -12,6 +12,13 @@ C prompts of `context` random token ids twice -- 1 output token (time to first t
 batch: the prefill) and 1 + DECODE output tokens -- and reports
 decode tokens/s = C * DECODE / (t_long - t_short). One JSON row per (kv dtype, concurrency); a
 dtype that refuses the model or fails to build it gets one row with its `error` (exit status 1).
+
+--kv a,b,c runs each dtype in its own process (the engine is built once per process), one after
+another with the same flags, and prints the table of all rows; --concurrency takes `max` (the
+dtype's own whole-request maximum at this context) and `bf16max` (that of `auto`, which must come
+first); --budget-s skips the dtypes that would start after it:
+  python3 benchmarks/e2e_throughput.py --model-config dense8b --kv auto,fp8,int8_per_token_head,int2 \
+      --context 32768 --concurrency 1,bf16max,max --out rows.jsonl
 """
 import argparse
 import json
@@ -65,7 +72,8 @@ def main():
                     help="hybrid27b: the tiny Qwen3.5 config.json whose text part is scaled up")
     ap.add_argument("--kv", default="int2")
     ap.add_argument("--context", type=int, default=32768)
-    ap.add_argument("--concurrency", default="8")
+    ap.add_argument("--concurrency", default="8", help="comma list of request counts, `max`, `bf16max`")
+    ap.add_argument("--budget-s", type=float, default=0, help="with several --kv: start no dtype after this (0: none)")
     ap.add_argument("--decode", type=int, default=64)
     ap.add_argument("--gpu-mem", type=float, default=0.5)
     ap.add_argument("--eager", action="store_true")
@@ -77,6 +85,8 @@ def main():
                          "kernel compilations for decode batch sizes that only appear there")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    if "," in a.kv:
+        return run_each(a)
 
     path = f"/tmp/cfg-{a.model_config}"
     os.makedirs(path, exist_ok=True)
@@ -136,7 +146,7 @@ def main():
                  SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, detokenize=False), use_tqdm=False)
     print(f"[{a.kv}] warm-up {time.perf_counter() - t:.1f} s", flush=True)
     rows = []
-    for C in [int(c) for c in a.concurrency.split(",") if c]:
+    for C in concurrencies(a.concurrency, max_conc):
         lens = ragged_lengths(a.context, C) if a.mixed else [a.context] * C
         prompts = [TokensPrompt(prompt_token_ids=torch.randint(1000, 100000, (n,), generator=g).tolist())
                    for n in lens]
@@ -177,6 +187,72 @@ def main():
     with open(a.out, "a") as f:
         for r in rows:
             f.write(json.dumps(r) + "\n")
+
+
+def concurrencies(spec: str, max_conc) -> list[int]:
+    """--concurrency's list: counts, `max` = the whole requests this dtype's cache holds."""
+    out = []
+    for c in (c.strip() for c in spec.split(",") if c.strip()):
+        if c == "max":
+            if max_conc is None:
+                raise SystemExit("--concurrency max: the engine reported no maximum concurrency")
+            out.append(max(1, int(max_conc)))
+        elif c == "bf16max":
+            raise SystemExit("--concurrency bf16max needs --kv auto,... (bf16's maximum comes from its own run)")
+        else:
+            out.append(int(c))
+    return list(dict.fromkeys(out))
+
+
+def run_each(a) -> int:
+    """Each --kv dtype in its own process, the same flags; `bf16max` from auto's row."""
+    import subprocess
+
+    kvs = [k.strip() for k in a.kv.split(",") if k.strip()]
+    if "bf16max" in a.concurrency and kvs[0] != "auto":
+        raise SystemExit("--concurrency bf16max: put auto first in --kv (its maximum is measured by its own run)")
+    argv = sys.argv[1:]
+    base = [x for i, x in enumerate(argv) if x not in ("--kv", "--concurrency", "--budget-s")
+            and (i == 0 or argv[i - 1] not in ("--kv", "--concurrency", "--budget-s"))]
+    t0, rc, bf16max = time.time(), 0, None
+    for kv in kvs:
+        if a.budget_s and time.time() - t0 > a.budget_s:
+            row = dict(model=a.model_config, kv_cache_dtype=kv, context_len=a.context,
+                       error=f"not run: --budget-s {a.budget_s:.0f} passed")
+            with open(a.out, "a") as f:
+                f.write(json.dumps(row) + "\n")
+            continue
+        conc = a.concurrency
+        if "bf16max" in conc:
+            conc = conc.replace("bf16max", str(bf16max) if bf16max else "")
+        print(f"=== {kv} (concurrency {conc}) at {time.time() - t0:.0f} s", flush=True)
+        before = len(read_rows(a.out))
+        child = subprocess.run([sys.executable, __file__, *base, "--kv", kv, "--concurrency", conc]).returncode
+        rc |= child
+        rows = read_rows(a.out)
+        if len(rows) == before:     # it died before writing its row: that is its result
+            with open(a.out, "a") as f:
+                f.write(json.dumps(dict(model=a.model_config, kv_cache_dtype=kv, context_len=a.context,
+                                        error=f"the process exited with status {child} and wrote no row")) + "\n")
+        if kv == "auto":
+            mc = next((r.get("max_concurrency") for r in reversed(rows[before:]) if r.get("max_concurrency")), None)
+            bf16max = max(1, int(mc)) if mc else None
+    print_table(read_rows(a.out)[-1000:], set(kvs), a.context)
+    return rc
+
+
+def read_rows(path) -> list[dict]:
+    return [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+
+
+def print_table(rows, kvs, context):
+    print("| kv | KV tokens | max concurrency | concurrency | batch TTFT s | decode tok/s | error |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        if r.get("kv_cache_dtype") in kvs and r.get("context_len") == context:
+            print(f"| {r['kv_cache_dtype']} | {r.get('kv_tokens')} | {r.get('max_concurrency')} | "
+                  f"{r.get('concurrency')} | {r.get('batch_ttft_s')} | {r.get('decode_tok_s')} | "
+                  f"{(r.get('error') or '')[:120]} |")
 
 
 if __name__ == "__main__":
