@@ -73,6 +73,17 @@ def test_greedy_runs_part_at_a_near_tie_or_a_wide_gap(engine):
     assert near["at"] == 1 and near["gap"] == pytest.approx(0.02)
     wide = S.first_divergence(alone, run(["token_id:2", "token_id:3"], tops))
     assert wide["at"] == 0 and wide["gap"] == pytest.approx(1.9)
+    # per request: (status, completion) as completion() returns them, usage included
+    usage = dict(prompt_tokens=5, completion_tokens=2)
+    req = dict(prompt_len=5, max_tokens=2)
+
+    def res(tokens):
+        return 200, dict(run(tokens, tops), finish_reason="length", usage=usage)
+
+    got = S.compare_runs([req] * 3, [res(["token_id:1", "token_id:3"])] * 3,
+                         [res(["token_id:1", "token_id:3"]), res(["token_id:1", "token_id:4"]),
+                          res(["token_id:2", "token_id:3"])], 0.05)
+    assert got["outputs_equal"] == 1 and got["parted_at_wide_gap"] == 1 and got["errors"] == []
 
 
 def _stream_lines(engine_version):

@@ -18,9 +18,10 @@ tiny tokenizer of make_models.py, CUDA graphs on) and runs, bounded in count and
            of the same family with its saved weights (dummy weights give near-equal logits, so
            their greedy text says nothing about the KV cache): output-heavy requests sized to the
            pool the engine reports run one at a time, then all at once, which makes the engine
-           preempt and recompute (aphrodite:num_preemptions); the greedy outputs must be equal,
-           or part only at a near-tie (top-1 / top-2 gap under --tie-gap: batching noise, which
-           the bf16 control shows too)
+           preempt and recompute (aphrodite:num_preemptions), and in waves that fit the pool
+           (batched without preemption: the dtype's own batching noise); the greedy outputs must
+           be equal, or part only at a near-tie (top-1 / top-2 gap under --tie-gap), and no more
+           often all at once than in waves
 Servers start one after another and, with --parallel, stop only at the end (the engine's memory
 profiling fails when another process frees GPU memory meanwhile); with --parallel a server's
 phases run while the next one starts, so bf16 and int2 share the GPU (give each its --gpu-mem). Prints a table and writes one JSON object
@@ -463,27 +464,51 @@ def bad_requests(server, args, label):
                 alive=server.alive())
 
 
+def compare_runs(plan, alone, batched, tie_gap) -> dict:
+    """Each request's batched greedy run against its run alone: equal, or where it parted."""
+    errors = [check_completion(r, *a) or check_completion(r, *b) for r, a, b in zip(plan, alone, batched)]
+    parts = [first_divergence(a[1], b[1]) if isinstance(a[1], dict) and isinstance(b[1], dict) else dict(at=0, gap=None)
+             for a, b in zip(alone, batched)]
+    return dict(outputs_equal=sum(p["at"] == -1 for p in parts),
+                parted_at_wide_gap=sum(p["at"] != -1 and (p["gap"] is None or p["gap"] > tie_gap) for p in parts),
+                divergences=parts, errors=[e for e in errors if e][:10])
+
+
 def preemption(server, args, label):
+    """The plan alone (batch 1), in waves that fit the pool (batched, no preemption: the batching
+    noise of this dtype) and all at once (batched with preemptions); with the KV recomputed right,
+    the last parts from the runs alone no more, and no more widely, than the waves do."""
     pool = engine_kv_tokens(open(server.log.name).read())
     plan = preempt_plan(pool, args.preempt_max_len)
     t0 = time.time()
     ids = dict(logprobs=2, return_tokens_as_token_ids=True)     # token ids: two ids may print alike
+
+    def batched(reqs):
+        before = metrics(server.port).get("aphrodite:num_preemptions", 0.0)
+        with ThreadPoolExecutor(len(reqs)) as workers:
+            out = list(workers.map(lambda r: completion(server.port, r, **ids), reqs))
+        return out, metrics(server.port).get("aphrodite:num_preemptions", 0.0) - before
+
     alone = [completion(server.port, r, **ids) for r in plan]
-    before = metrics(server.port).get("aphrodite:num_preemptions", 0.0)
-    with ThreadPoolExecutor(len(plan)) as pool_:
-        together = list(pool_.map(lambda r: completion(server.port, r, **ids), plan))
-    preempted = metrics(server.port).get("aphrodite:num_preemptions", 0.0) - before
-    errors = [check_completion(r, *a) or check_completion(r, *b) for r, a, b in zip(plan, alone, together)]
-    parts = [first_divergence(a[1], b[1]) if isinstance(a[1], dict) and isinstance(b[1], dict) else dict(at=0, gap=None)
-             for a, b in zip(alone, together)]
-    equal = sum(p["at"] == -1 for p in parts)
-    wide = [p for p in parts if p["at"] != -1 and (p["gap"] is None or p["gap"] > args.tie_gap)]
-    print(f"  {label} preempt: {len(plan)} requests, {preempted:.0f} preemptions, {equal} equal, "
-          f"{len(wide)} parted at a gap over {args.tie_gap}", flush=True)
+    wave = max(1, int(0.8 * pool) // (plan[0]["prompt_len"] + plan[0]["max_tokens"]))
+    waves, wave_preemptions = [], 0.0
+    for k in range(0, len(plan), wave):
+        out, n = batched(plan[k:k + wave])
+        waves += out
+        wave_preemptions += n
+    together, preempted = batched(plan)
+    w = compare_runs(plan, alone, waves, args.tie_gap)
+    t = compare_runs(plan, alone, together, args.tie_gap)
+    print(f"  {label} preempt: {len(plan)} requests; waves of {wave}: {wave_preemptions:.0f} preemptions, "
+          f"{w['outputs_equal']} equal, {w['parted_at_wide_gap']} parted wide; all at once: {preempted:.0f} "
+          f"preemptions, {t['outputs_equal']} equal, {t['parted_at_wide_gap']} parted wide", flush=True)
     return dict(requests=len(plan), pool_tokens=pool, prompt_tokens=[r["prompt_len"] for r in plan],
-                output_tokens=plan[0]["max_tokens"], preemptions=preempted, outputs_equal=equal,
-                divergences=parts, tie_gap=args.tie_gap, parted_at_wide_gap=len(wide),
-                errors=[e for e in errors if e][:10], seconds=round(time.time() - t0, 1), alive=server.alive())
+                output_tokens=plan[0]["max_tokens"], tie_gap=args.tie_gap, preemptions=preempted,
+                outputs_equal=t["outputs_equal"], parted_at_wide_gap=t["parted_at_wide_gap"],
+                divergences=t["divergences"], errors=w["errors"] + t["errors"],
+                waves=dict(size=wave, preemptions=wave_preemptions, outputs_equal=w["outputs_equal"],
+                           parted_at_wide_gap=w["parted_at_wide_gap"], divergences=w["divergences"]),
+                seconds=round(time.time() - t0, 1), alive=server.alive())
 
 
 def model_dir_for(name, base_dir):
@@ -517,7 +542,8 @@ MAIN_PHASES = (("soak", soak), ("aborts", aborts), ("bad", bad_requests))
 
 def table(results) -> str:
     rows = ["| kv | requests | errors | aborted | KV usage before / after | bad requests with a 4xx | "
-            "preemptions | greedy outputs equal | parted at a wide gap | GPU / host MiB drift |",
+            "preemptions | greedy outputs equal (waves / all at once) | parted at a wide gap (waves / all at once) | "
+            "GPU / host MiB drift |",
             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         s, a, b, p = (r.get(k) or {} for k in ("soak", "aborts", "bad", "preempt"))
@@ -527,7 +553,8 @@ def table(results) -> str:
             f"; preempt: {p['error']}" if p.get("error") else "")
         rows.append(f"| {r['kv_cache_dtype']} | {s.get('requests')} | {s.get('errors')} | {a.get('aborted')} | "
                     f"{a.get('kv_usage_before')} / {a.get('kv_usage_after')} | {clear} of {len(b.get('cases') or {})} | "
-                    f"{p.get('preemptions')} | {p.get('outputs_equal')} of {p.get('requests')} | "
+                    f"{p.get('preemptions')} | {(p.get('waves') or {}).get('outputs_equal')} / {p.get('outputs_equal')} "
+                    f"of {p.get('requests')} | {(p.get('waves') or {}).get('parted_at_wide_gap')} / "
                     f"{p.get('parted_at_wide_gap')} | "
                     f"{mem.get('gpu_mib_drift')} / {mem.get('host_mib_drift')} |" + (f" {errs}" if errs else ""))
     return "\n".join(rows)
