@@ -575,7 +575,7 @@ def main():
     ap.add_argument("--short-max", type=int, default=2048, help="longest prompt of the other soak requests")
     ap.add_argument("--aborts", type=int, default=200)
     ap.add_argument("--max-model-len", type=int, default=40960)
-    ap.add_argument("--preempt-blocks", type=int, default=48, help="KV pages of the preemption phase's server")
+    ap.add_argument("--preempt-blocks", type=int, default=64, help="KV pages of the preemption phase's server")
     ap.add_argument("--preempt-gpu-mem", type=float, default=0.05)
     ap.add_argument("--preempt-max-len", type=int, default=2048, help="its max-model-len")
     ap.add_argument("--tie-gap", type=float, default=0.05,
