@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The plots in docs/, as plain SVG (no plotting library), from the result files.
 
-  python3 benchmarks/plots.py {capacity,decode,quality,engine,gqa,all} [--src FILE] [--out FILE]
+  python3 benchmarks/plots.py {capacity,decode,quality,engine,gqa,dtypes,all} [--src FILE] [--out FILE]
 
 capacity: docs/capacity.svg from benchmarks/results/kv_capacity_h200.json: the engine-reported KV capacity (GPU KV cache tokens at the benchmark's max_model_len) of each KV dtype as a multiple of bf16's on the same model, context and GPU share. Plain SVG, no plotting library.
 decode: docs/decode.svg from benchmarks/results/decode_attention_h200.json: int2 decode speedup over the fastest bf16 kernel (and over aphrodite's own bf16 Triton decode) by batch, one panel per head_dim x context. Plain SVG, no plotting library.
 gqa: docs/decode_gqa.svg from benchmarks/results/decode_gqa_d{128,256}_h200.json (--src with {D}): int2 decode speedup over the fastest bf16 by query-to-KV-head ratio and KV-head count.
+dtypes: docs/dtypes.svg from benchmarks/results/engine_dtypes_smollm2_cpu.json and dtype_capacity_cpu.json: each engine KV dtype and int2 as a point, capacity vs bf16 (the engine's arithmetic, 8B-shaped, 32K) against the late-half perplexity increase on SmolLM2 / Moby-Dick (the CPU harness).
 quality: docs/quality.svg from benchmarks/results/quality_smollm2.json: perplexity increase vs full precision per scheme (log scale), full window and late half. Plain SVG, no plotting library.
 """
 
@@ -245,7 +246,57 @@ def plot_gqa(src, out):
     open(out, "w").write("\n".join(svg) + "\n")
 
 
-PLOTS = {"capacity": (plot_capacity, "benchmarks/results/kv_capacity_h200.json", "docs/capacity.svg"), "decode": (plot_decode, "benchmarks/results/decode_attention_h200.json", "docs/decode.svg"), "quality": (plot_quality, "benchmarks/results/quality_smollm2.json", "docs/quality.svg"), "engine": (plot_engine, "benchmarks/results/engine_eval_smollm2_h200.json", "docs/quality_engine.svg"), "gqa": (plot_gqa, "benchmarks/results/decode_gqa_d{D}_h200.json", "docs/decode_gqa.svg")}
+def plot_dtypes(src, out):
+    """docs/dtypes.svg: capacity against quality, one point per KV dtype (see the module docstring)."""
+    import os
+
+    quality = json.load(open(src))["rows"]
+    rows = [r for r in json.load(open(os.path.join(os.path.dirname(src), "dtype_capacity_cpu.json"))) if "kv_tokens" in r]
+    bf16 = next(r["kv_tokens"] for r in rows if r["kv_cache_dtype"] == "auto")
+    capacity = {r["kv_cache_dtype"]: r["kv_tokens"] / bf16 for r in rows}
+    def dtype(scheme):     # the harness's row names -> the engine's dtype names
+        if scheme.startswith("engine default"):
+            return "int2"
+        if scheme.startswith("fp8 e4m3"):
+            return "fp8"
+        return scheme.split(" ")[0]
+    points = [(dtype(r["scheme"]), capacity.get(dtype(r["scheme"])), 100 * r["late_rel_increase"])
+              for r in quality if r["text"] == "moby-dick" and r["scheme"] != "fp"]
+    points = [p for p in points if p[1]]
+    W, H, left, bottom, top = 920, 420, 70, 50, 40
+    lo, hi = math.log10(0.3), math.log10(40)
+
+    def x(v):
+        return left + (v - 1) / 5.5 * (W - left - 160)
+
+    def y(pct):
+        return top + (hi - math.log10(max(pct, 0.3))) / (hi - lo) * (H - top - bottom)
+
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+           '<text x="10" y="20" font-size="14">KV capacity vs bf16 (engine arithmetic, 8B-shaped, 32K) against '
+           'perplexity increase (SmolLM2, Moby-Dick, late half; log scale, floor 0.3 %)</text>']
+    for tick in (1, 2, 3, 4, 5, 6):
+        svg.append(f'<line x1="{x(tick):.1f}" y1="{top}" x2="{x(tick):.1f}" y2="{H - bottom}" stroke="#ddd"/>'
+                   f'<text x="{x(tick) - 8:.1f}" y="{H - bottom + 16}" fill="#666">{tick}x</text>')
+    for tick in (0.3, 1, 3, 10, 30):
+        svg.append(f'<line x1="{left}" y1="{y(tick):.1f}" x2="{W - 150}" y2="{y(tick):.1f}" stroke="#ddd"/>'
+                   f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end" fill="#666">{tick:g}%</text>')
+    placed = []     # label boxes (x0, x1, y): a label that would overlap one is moved down a line
+    for name, cap, pct in sorted(points, key=lambda p: y(p[2])):
+        color = "#c0392b" if name == "int2" else "#3b6ea5"
+        label = f"{name} ({pct:+.1f}%, {cap:.2f}x)"
+        lx, ly = x(cap) + 8, y(pct) + 4
+        while any(abs(ly - py) < 13 and lx < px1 and px0 < lx + 6.2 * len(label) for px0, px1, py in placed):
+            ly += 13
+        placed.append((lx, lx + 6.2 * len(label), ly))
+        svg.append(f'<circle cx="{x(cap):.1f}" cy="{y(pct):.1f}" r="5" fill="{color}"/>'
+                   f'<text x="{lx:.1f}" y="{ly:.1f}" font-size="11">{label}</text>')
+    svg.append(f'<text x="{(W - 150) / 2:.0f}" y="{H - 10}">more tokens in the same memory &#8594;</text>')
+    svg.append("</svg>")
+    open(out, "w").write("\n".join(svg) + "\n")
+
+
+PLOTS = {"dtypes": (plot_dtypes, "benchmarks/results/engine_dtypes_smollm2_cpu.json", "docs/dtypes.svg"), "capacity": (plot_capacity, "benchmarks/results/kv_capacity_h200.json", "docs/capacity.svg"), "decode": (plot_decode, "benchmarks/results/decode_attention_h200.json", "docs/decode.svg"), "quality": (plot_quality, "benchmarks/results/quality_smollm2.json", "docs/quality.svg"), "engine": (plot_engine, "benchmarks/results/engine_eval_smollm2_h200.json", "docs/quality_engine.svg"), "gqa": (plot_gqa, "benchmarks/results/decode_gqa_d{D}_h200.json", "docs/decode_gqa.svg")}
 
 
 def main():
