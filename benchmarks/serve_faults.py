@@ -27,8 +27,8 @@ profiling fails when another process frees GPU memory meanwhile); with --paralle
 phases run while the next one starts, so bf16 and int2 share the GPU (give each its --gpu-mem). Prints a table and writes one JSON object
 per dtype to --out (server logs beside it); --deadline-s skips phases that would start after it.
 
-On the H200 machine: run `bash benchmarks/server_wheels.sh` here first (the server's wheels, into
-.whl/), carry .gpu-bundle and .whl, then `source benchmarks/gpu_setup.sh; python3
+On the H200 machine: run `bash benchmarks/server_wheels.sh` here first (the server's packages,
+into .whl/server-site.tar.xz), carry .gpu-bundle and .whl, then `source benchmarks/gpu_setup.sh; python3
 .gpu-bundle/gpu/make_models.py /tmp/models` (the tokenizer, the tiny models and the hybrid's base
 config) before this script. --model-config hybrid27b for the Qwen3.5-style hybrid.
 """

@@ -2,7 +2,7 @@
 # Run here (not on the H200 machine, which has no network): fetches the wheels that aphrodite's
 # OpenAI server imports beyond .gpu-bundle/ (uvicorn, prometheus, aiohttp, the tool parsers'
 # ijson and mistral_common, ... for the H200 machine's Python 3.12) and packs them, unzipped, into
-# .whl/server-site.tar.xz (~22 MiB, so that it travels with the 40 MiB bundle within the 64 MiB
+# .whl/server-site.tar.xz (21 MiB, so that it travels with the 40 MiB bundle within the 64 MiB
 # carry); benchmarks/gpu_setup.sh unpacks it into the site it installs.
 #   bash benchmarks/server_wheels.sh      (then carry ".whl" with the run)
 case "${1:-}" in -h|--help) sed -n "2,7p" "$0"; exit 0;; esac
