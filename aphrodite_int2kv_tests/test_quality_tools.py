@@ -266,3 +266,14 @@ def test_the_rebuilt_per_token_head_dtypes(kind, qmax):
         assert torch.allclose(codes, codes.round(), atol=1e-3) and ((got - x).abs() < scale * 1.001).all()
     else:
         assert ((got - x).abs() <= x.abs() * 2 ** -3 + 1e-6).all()
+
+
+def test_longctx_takes_the_engine_dtypes_and_refuses_other_sets(capsys):
+    from aphrodite_int2kv.quality.schemes import engine_dtype_schemes
+
+    names = [s.name for s in engine_dtype_schemes()]
+    assert names[0] == "fp" and any(n.startswith("turboquant_3bit_nc") for n in names)
+    assert any(n.startswith("engine default") for n in names)
+    with pytest.raises(SystemExit):
+        cli(["longctx", "--schemes", "kivi-only"])
+    assert "invalid choice" in capsys.readouterr().err

@@ -141,19 +141,26 @@ def run(args) -> int:
 def add_longctx_parser(sub):
     p = sub.add_parser("longctx", help="needle-among-distractors and recall-by-position checks: fp vs int2")
     p.add_argument("--items", type=int, default=8, help="items per task")
+    p.add_argument("--schemes", default="standard", choices=["standard", "engine-dtypes"],
+                   help="'standard': int2 with and without the engine's settings, and KIVI; 'engine-dtypes': "
+                        "the engine's own KV dtypes rebuilt beside int2's default (as eval --schemes)")
     p.add_argument("--json", default=None)
     p.set_defaults(func=run_longctx)
 
 
 def run_longctx(args) -> int:
     from aphrodite_int2kv.quality import assets, longctx, smollm
-    from aphrodite_int2kv.quality.schemes import KVTransform, Scheme, attention_fn
+    from aphrodite_int2kv.quality.schemes import KVTransform, Scheme, attention_fn, engine_dtype_schemes
 
     cfg, sd, tok = smollm.load(assets.model_path())
     items = longctx.needle_items(args.items, 48) + longctx.position_items(args.items, 6, 8)
-    schemes = [Scheme("fp", "fp"), Scheme("int2 hadamard G32", "int2"),
-               Scheme("int2 hadamard G32 + sink4 + recent128 + K-center", "int2", sink=4, recent=128, center=True),
-               Scheme("kivi 2-bit + recent 128", "kivi", recent=128)]
+    if args.schemes == "engine-dtypes":
+        schemes = engine_dtype_schemes()     # fp first
+    else:
+        schemes = [Scheme("fp", "fp"), Scheme("int2 hadamard G32", "int2"),
+                   Scheme("int2 hadamard G32 + sink4 + recent128 + K-center", "int2", sink=4, recent=128,
+                          center=True),
+                   Scheme("kivi 2-bit + recent 128", "kivi", recent=128)]
     attn = {s.name: attention_fn(s, KVTransform(s, cfg.head_dim, cfg.n_kv_heads, cfg.n_layers), cfg.head_dim ** -0.5)
             for s in schemes}
     t0 = time.time()
