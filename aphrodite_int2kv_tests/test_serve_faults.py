@@ -177,3 +177,20 @@ def test_the_model_dir_cuts_the_vocabulary_to_the_tiny_tokenizer(tmp_path):
     cfg = json.load(open(os.path.join(path, "config.json")))
     assert cfg["vocab_size"] == S.VOCAB and cfg["num_key_value_heads"] == 8 and cfg["eos_token_id"] == 2
     assert os.path.exists(os.path.join(path, "tokenizer.json"))
+
+
+def test_layers_keep_the_hybrids_pattern_and_shapes(tmp_path):
+    (tmp_path / "qwen35").mkdir()
+    (tmp_path / "qwen35" / "config.json").write_text('{"text_config": {"num_hidden_layers": 4}}')
+    cfg = json.load(open(os.path.join(S.model_dir_for("hybrid27b", str(tmp_path), layers=16), "config.json")))
+    text = cfg["text_config"]
+    assert text["num_hidden_layers"] == 16 and len(text["layer_types"]) == 16
+    assert text["layer_types"].count("full_attention") == 4 and text["layer_types"][3] == "full_attention"
+    assert text["head_dim"] == 256 and text["num_key_value_heads"] == 4 and text["vocab_size"] == S.VOCAB
+    with pytest.raises(SystemExit, match="multiple of 4"):
+        S.model_dir_for("hybrid27b", str(tmp_path), layers=10)
+
+
+def test_the_preemption_server_runs_no_more_sequences_than_its_pool_has_state_blocks():
+    assert S.preempt_max_seqs(64) == 32 and S.preempt_max_seqs(40) == 20 and S.preempt_max_seqs(1000) == 32
+    assert S.preempt_max_seqs(1) == 1

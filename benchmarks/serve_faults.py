@@ -85,6 +85,15 @@ def preempt_plan(pool_tokens: int, max_model_len: int, n_min: int = 8, n_max: in
             for i in range(n)]
 
 
+def preempt_max_seqs(blocks: int) -> int:
+    """max-num-seqs of the preemption server: on a hybrid every running sequence holds a Gated
+    DeltaNet state block of the same pool, and the engine refuses to capture CUDA graphs for more
+    sequences than the pool has blocks ("max_num_seqs (1024) exceeds available Mamba cache
+    blocks (64)"); half the pool leaves the rest to attention pages. More than preempt_plan's
+    32 requests never run at once."""
+    return max(1, min(32, blocks // 2))
+
+
 def engine_kv_tokens(log_text: str) -> int:
     """The pool in tokens as the engine reports it at start-up ("GPU KV cache size: N tokens"):
     with int2 the recent window's pages share the blocks, so blocks x block size overstates it."""
@@ -511,20 +520,31 @@ def preemption(server, args, label):
                 seconds=round(time.time() - t0, 1), alive=server.alive())
 
 
-def model_dir_for(name, base_dir):
+def model_dir_for(name, base_dir, layers: int = 0):
     """A config.json of the named shapes (e2e_throughput.py), its vocabulary cut to the tiny
-    tokenizer's model vocabulary, beside that tokenizer (make_models.py's files in base_dir)."""
+    tokenizer's model vocabulary, beside that tokenizer (make_models.py's files in base_dir).
+    `layers` > 0 keeps the first `layers` layers (every layer's shapes, and the hybrid's pattern of
+    three Gated DeltaNet layers to one attention layer, unchanged): the suite exercises the cache's
+    state machines, which a layer count does not change, and two servers of fewer layers share the
+    GPU and start sooner."""
     path = f"/tmp/serve-{name}"
     os.makedirs(path, exist_ok=True)
     if name == "hybrid27b":
         cfg = json.load(open(os.path.join(base_dir, "qwen35", "config.json")))
-        cfg["text_config"].update(HYBRID_TEXT, vocab_size=VOCAB)
+        text = dict(HYBRID_TEXT, vocab_size=VOCAB)
+        if layers:
+            if layers % 4:
+                raise SystemExit(f"--layers {layers}: the hybrid needs a multiple of 4 (3 GDN + 1 attention)")
+            text.update(num_hidden_layers=layers, layer_types=HYBRID_TEXT["layer_types"][:layers])
+        cfg["text_config"].update(text)
         tok_dir = os.path.join(base_dir, "qwen35")
     else:
         tok_dir = os.path.join(base_dir, "qwen3")
         tiny = json.load(open(os.path.join(tok_dir, "config.json")))     # its special tokens' ids
         cfg = dict(CONFIGS[name], vocab_size=VOCAB, bos_token_id=tiny.get("bos_token_id"),
                    eos_token_id=tiny.get("eos_token_id"))
+        if layers:
+            cfg["num_hidden_layers"] = layers
     json.dump(cfg, open(os.path.join(path, "config.json"), "w"))
     for f in os.listdir(tok_dir):
         if f.startswith("tokenizer") or f == "special_tokens_map.json":
@@ -566,6 +586,8 @@ def main():
     ap.add_argument("--models-dir", default="/tmp/models", help="make_models.py's output (tokenizer, tiny models)")
     ap.add_argument("--kv", default="auto,int2", help="KV dtypes, one server each (auto = the bf16 control)")
     ap.add_argument("--phases", default="soak,aborts,bad,preempt")
+    ap.add_argument("--layers", type=int, default=0,
+                    help="main servers: the model's first N layers, shapes unchanged (0: all of them)")
     ap.add_argument("--parallel", action="store_true", help="run a server's phases while the next one starts")
     ap.add_argument("--gpu-mem", type=float, default=None, help="gpu-memory-utilization of each main server")
     ap.add_argument("--requests", type=int, default=1000)
@@ -588,7 +610,7 @@ def main():
     args = ap.parse_args()
     t_start = time.time()
     phases = args.phases.split(",")
-    model_dir = model_dir_for(args.model_config, args.models_dir)
+    model_dir = model_dir_for(args.model_config, args.models_dir, args.layers)
     log_dir = os.path.dirname(os.path.abspath(args.out))
     # pages of the same 128 tokens for every dtype on the dense model (int2's default there; the
     # hybrid's page size comes from its GDN alignment)
@@ -631,7 +653,8 @@ def main():
         if "preempt" in phases:
             starts.append((kv, [("preempt", preemption)], "preempt", lambda kv=kv, i=i: Server(
                 tiny_model_for(args.model_config, args.models_dir), kv, args.port + 2 * i + 1, args.preempt_max_len,
-                ["--num-gpu-blocks-override", str(args.preempt_blocks), *pages, *args.server_arg],
+                ["--num-gpu-blocks-override", str(args.preempt_blocks), "--max-num-seqs", str(preempt_max_seqs(args.preempt_blocks)),
+                 *pages, *args.server_arg],
                 log=os.path.join(log_dir, f"server_{kv}_preempt.log"), load_format="auto",
                 gpu_mem=args.preempt_gpu_mem)))
     # a server stops only once no other one is starting: the engine's memory profiling fails when
