@@ -69,7 +69,10 @@ def soak_plan(n: int, long: int, long_len: int, seed: int = 0, short_max: int = 
     return plan
 
 
-def preempt_plan(pool_tokens: int, max_model_len: int, n_min: int = 8, n_max: int = 32,
+PREEMPT_MAX_REQUESTS = 32   # preempt_plan's most requests, so the most that ever run at once
+
+
+def preempt_plan(pool_tokens: int, max_model_len: int, n_min: int = 8, n_max: int = PREEMPT_MAX_REQUESTS,
                  demand: float = 2.5) -> list[dict]:
     """Greedy requests that each fit the pool alone but together ask for `demand` x the pool, a
     quarter prompt and three quarters output, so that the running requests outgrow the pool while
@@ -89,9 +92,9 @@ def preempt_max_seqs(blocks: int) -> int:
     """max-num-seqs of the preemption server: on a hybrid every running sequence holds a Gated
     DeltaNet state block of the same pool, and the engine refuses to capture CUDA graphs for more
     sequences than the pool has blocks ("max_num_seqs (1024) exceeds available Mamba cache
-    blocks (64)"); half the pool leaves the rest to attention pages. More than preempt_plan's
-    32 requests never run at once."""
-    return max(1, min(32, blocks // 2))
+    blocks (64)"); half the pool leaves the rest to attention pages, and no more than
+    preempt_plan's requests ever run at once."""
+    return max(1, min(PREEMPT_MAX_REQUESTS, blocks // 2))
 
 
 def engine_kv_tokens(log_text: str) -> int:
@@ -653,8 +656,8 @@ def main():
         if "preempt" in phases:
             starts.append((kv, [("preempt", preemption)], "preempt", lambda kv=kv, i=i: Server(
                 tiny_model_for(args.model_config, args.models_dir), kv, args.port + 2 * i + 1, args.preempt_max_len,
-                ["--num-gpu-blocks-override", str(args.preempt_blocks), "--max-num-seqs", str(preempt_max_seqs(args.preempt_blocks)),
-                 *pages, *args.server_arg],
+                ["--num-gpu-blocks-override", str(args.preempt_blocks),
+                 "--max-num-seqs", str(preempt_max_seqs(args.preempt_blocks)), *pages, *args.server_arg],
                 log=os.path.join(log_dir, f"server_{kv}_preempt.log"), load_format="auto",
                 gpu_mem=args.preempt_gpu_mem)))
     # a server stops only once no other one is starting: the engine's memory profiling fails when
