@@ -111,3 +111,51 @@ def test_e2e_concurrency_list_takes_the_dtypes_own_maximum():
         concurrencies("max", None)
     with pytest.raises(SystemExit, match="auto"):
         concurrencies("bf16max", 11.6)
+
+
+def _e2e():
+    import pathlib
+    import sys
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "benchmarks"))
+    import e2e_throughput
+    return e2e_throughput
+
+
+def test_e2e_timings_count_only_the_steps_where_every_request_decodes():
+    """Request a prefills in 1 s, b in 2 s (a decodes meanwhile); then 0.1 s steps of both until a
+    finishes at 6 tokens: the decode rate is over the 4 steps from b's first token to a's end."""
+    trace = [(1.0, {"a": 1, "b": 0}, set()), (2.0, {"a": 2, "b": 1}, set())]
+    for k in range(1, 5):
+        trace.append((2.0 + 0.1 * k, {"a": 2 + k, "b": 1 + k}, {"a"} if k == 4 else set()))
+    trace.append((2.5, {"a": 6, "b": 6}, {"a", "b"}))
+    t = _e2e().timings(trace, prompt_tokens=2000)
+    assert t["ttft_first_s"] == 1.0 and t["batch_ttft_s"] == 2.0 and t["prefill_tok_s"] == 1000.0
+    assert t["decode_steps"] == 4 and t["decode_tok_s"] == pytest.approx(8 / 0.4, rel=1e-3)
+    assert t["step_ms"] == pytest.approx(100.0)
+    with pytest.raises(ValueError, match="raise --decode"):     # a finished before b started decoding
+        _e2e().timings([(1.0, {"a": 1, "b": 0}, {"a"}), (2.0, {"a": 1, "b": 1}, {"a", "b"})], 10)
+    with pytest.raises(ValueError, match="no token"):
+        _e2e().timings([(1.0, {"a": 1, "b": 0}, {"a"})], 10)
+
+
+def test_e2e_children_get_every_flag_but_the_ones_run_each_sets():
+    argv = ["--kv", "auto,int2", "--context=32768", "--concurrency=1,bf16max", "--parallel", "3",
+            "--kv-gib", "12", "--budget-s=900", "--out", "r.jsonl"]
+    assert _e2e().child_argv(argv) == ["--context=32768", "--kv-gib", "12", "--out", "r.jsonl"]
+
+
+def test_e2e_group_waits_for_every_engine_then_takes_turns(tmp_path):
+    e2e = _e2e()
+    g = e2e.Group(str(tmp_path), 2)
+    g.built()
+    g.built()            # once per process
+    assert len(list(tmp_path.iterdir())) == 1
+    with pytest.raises(SystemExit, match="not built"):
+        g.wait_all_built(timeout_s=0)
+    (tmp_path / "built.other").touch()
+    g.wait_all_built(timeout_s=0)
+    with g.gpu_turn():
+        assert (tmp_path / "gpu.lock").exists()
+    with pytest.raises(SystemExit, match="--kv-gib"):
+        e2e.main.__globals__["run_each"](type("A", (), dict(kv="auto,int2", concurrency="1", parallel=2, kv_gib=0))())

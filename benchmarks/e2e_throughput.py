@@ -1,28 +1,36 @@
 #!/usr/bin/env python3
-"""KV capacity and long-context decode throughput, bf16 / fp8 / int2 (or any KV-cache dtype the engine
-offers: turboquant_*, *_per_token_head), in the real engine (H200).
+"""KV capacity, time to first token and long-context decode throughput of any KV-cache dtype the
+engine offers (auto, fp8, *_per_token_head, nvfp4, turboquant_*, int2), in the real engine (H200).
 
   python3 benchmarks/e2e_throughput.py --model-config dense8b --kv int2 --context 32768 \
       --concurrency 8 --out rows.jsonl
 
 Writes a realistic config.json (no weights: load_format="dummy") for the chosen shape, starts
-aphrodite with it at a fixed gpu_memory_utilization, reads the engine-reported KV capacity
-("GPU KV cache size: N tokens" / "Maximum concurrency ... : X"), then for each concurrency C runs
-C prompts of `context` random token ids twice -- 1 output token (time to first token of the whole
-batch: the prefill) and 1 + DECODE output tokens -- and reports
-decode tokens/s = C * DECODE / (t_long - t_short). One JSON row per (kv dtype, concurrency); a
-dtype that refuses the model or fails to build it gets one row with its `error` (exit status 1).
+aphrodite with it (KV memory from --gpu-mem, or exactly --kv-gib), reads the engine-reported KV
+capacity ("GPU KV cache size: N tokens" / "Maximum concurrency ... : X"), then for each
+concurrency C submits C prompts of `context` random token ids at once and steps the engine,
+timing every step (one prefill per C):
+  - ttft_s: the time to each request's first token (first / last), batch_ttft_s: the last one;
+  - decode_tok_s: tokens per second between the step where every request has its first token and
+    the step where the first one finishes -- steps in which all C requests decode and none
+    prefills (max_tokens leaves --decode such steps after the prefill's own).
+One JSON row per (kv dtype, concurrency); a dtype that refuses the model or fails to build it gets
+one row with its `error` (exit status 1).
 
---kv a,b,c runs each dtype in its own process (the engine is built once per process), one after
-another with the same flags, and prints the table of all rows; --concurrency takes `max` (the
-dtype's own whole-request maximum at this context) and `bf16max` (that of `auto`, which must come
-first); --budget-s skips the dtypes that would start after it:
+--kv a,b,c runs each dtype in its own process (the engine is built once per process) with the same
+flags and prints the table of all rows. --concurrency takes `max` (the dtype's own whole-request
+maximum at this context) and `bf16max` (that of `auto`, which must come first). --parallel N builds
+N dtypes' engines at once (give them --kv-gib and a --gpu-mem that N processes fit in) and lets them
+measure one at a time, after all N are built, so no engine's start-up shares the GPU with another's
+timing. --budget-s skips the dtypes that would start after it:
   python3 benchmarks/e2e_throughput.py --model-config dense8b --kv auto,fp8,int8_per_token_head,int2 \
-      --context 32768 --concurrency 1,bf16max,max --out rows.jsonl
+      --context 32768 --concurrency 1,bf16max,max --kv-gib 12 --gpu-mem 0.2 --parallel 3 --out rows.jsonl
 """
 import argparse
+import fcntl
 import json
 import logging
+import math
 import os
 import re
 import sys
@@ -51,6 +59,10 @@ HYBRID_TEXT = {
     "vocab_size": 248320, "max_position_embeddings": 262144,
 }
 
+# The decode batch sizes the engine captures in CUDA graphs: the engine's own default sizes up to
+# 128 (it pads a batch up to the next one), fewer than its default 51, so that start-up is shorter.
+CAPTURE_SIZES = [1, 2, 4] + list(range(8, 129, 8))
+
 
 class CapacityLog(logging.Handler):
     """Collects the engine's own capacity lines (printed by the engine core in this process)."""
@@ -74,20 +86,27 @@ def main():
     ap.add_argument("--context", type=int, default=32768)
     ap.add_argument("--concurrency", default="8", help="comma list of request counts, `max`, `bf16max`")
     ap.add_argument("--budget-s", type=float, default=0, help="with several --kv: start no dtype after this (0: none)")
-    ap.add_argument("--decode", type=int, default=64)
+    ap.add_argument("--parallel", type=int, default=1, help="with several --kv: build this many engines at once")
+    ap.add_argument("--decode", type=int, default=64, help="decode steps timed after the prefill")
     ap.add_argument("--gpu-mem", type=float, default=0.5)
+    ap.add_argument("--kv-gib", type=float, default=0,
+                    help="KV-cache memory of every dtype, exactly (the engine's kv_cache_memory_bytes; 0: from --gpu-mem)")
     ap.add_argument("--eager", action="store_true")
     ap.add_argument("--mixed", action="store_true",
                     help="prompt lengths spread evenly from context/8 to 15 context/8 (mean context, shuffled; "
                          "decode_attention.ragged_lengths) instead of all `context`")
-    ap.add_argument("--repeat-long", action="store_true",
-                    help="time the decode run a second time (decode_tok_s_2): the first one may include "
-                         "kernel compilations for decode batch sizes that only appear there")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     if "," in a.kv:
         return run_each(a)
+    group = Group.from_env()
+    try:
+        return measure(a, group)
+    finally:
+        group.built()       # also when building failed: the others stop waiting for this one
 
+
+def measure(a, group) -> int:
     path = f"/tmp/cfg-{a.model_config}"
     os.makedirs(path, exist_ok=True)
     if a.model_config == "hybrid27b":
@@ -107,18 +126,21 @@ def main():
     kw = dict(model=path, load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16",
               max_model_len=a.context + a.decode + 16, gpu_memory_utilization=a.gpu_mem,
               enforce_eager=a.eager, seed=0, kv_cache_dtype=a.kv, enable_prefix_caching=False,
-              max_num_seqs=256)
+              max_num_seqs=128, compilation_config={"cudagraph_capture_sizes": CAPTURE_SIZES})
+    if a.kv_gib:
+        kw["kv_cache_memory_bytes"] = int(a.kv_gib * (1 << 30))
     sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
     from aphrodite_int2kv.quality.engine_eval import baseline_backend
-    kw.update(baseline_backend(a.kv))     # Triton for bf16 / fp8; the engine's pick for turboquant
+    kw.update(baseline_backend(a.kv))     # Triton for bf16 / fp8; the engine's pick for the others
     if a.model_config == "hybrid27b":
         kw.update(language_model_only=True, gdn_prefill_backend="triton")
+    base_row = dict(model=a.model_config, kv_cache_dtype=a.kv, context_len=a.context, gpu_memory_utilization=a.gpu_mem,
+                    **(dict(kv_gib=a.kv_gib) if a.kv_gib else {}), cuda_graphs=not a.eager)
     t0 = time.perf_counter()
     try:
         llm = LLM(**kw)
     except Exception as exc:    # a dtype that refuses the model, or crashes building it: its result
-        row = dict(model=a.model_config, kv_cache_dtype=a.kv, context_len=a.context, gpu_memory_utilization=a.gpu_mem,
-                   cuda_graphs=not a.eager, error=f"{type(exc).__name__}: {str(exc)[:400]}")
+        row = dict(base_row, error=f"{type(exc).__name__}: {str(exc)[:400]}")
         print("ROW " + json.dumps(row), flush=True)
         with open(a.out, "a") as f:
             f.write(json.dumps(row) + "\n")
@@ -136,57 +158,131 @@ def main():
     print(f"[{a.kv}] init {init_s:.0f} s; kv_tokens={kv_tokens} max_concurrency={max_conc}", flush=True)
     for line in cap_lines:
         print("   engine:", line[:300], flush=True)
+    group.built()
+    group.wait_all_built()
 
     import torch
     from benchmarks.decode_attention import ragged_lengths
+    engine = llm.llm_engine
+    mnbt = llm.llm_engine.aphrodite_config.scheduler_config.max_num_batched_tokens
     g = torch.Generator().manual_seed(0)
-    # warm-up: Triton compiles the prefill/decode kernels at first use; keep that out of the timing
-    t = time.perf_counter()
-    llm.generate([TokensPrompt(prompt_token_ids=torch.randint(1000, 100000, (9000,), generator=g).tolist())] * 2,
-                 SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, detokenize=False), use_tqdm=False)
-    print(f"[{a.kv}] warm-up {time.perf_counter() - t:.1f} s", flush=True)
     rows = []
-    for C in concurrencies(a.concurrency, max_conc):
-        lens = ragged_lengths(a.context, C) if a.mixed else [a.context] * C
-        prompts = [TokensPrompt(prompt_token_ids=torch.randint(1000, 100000, (n,), generator=g).tolist())
-                   for n in lens]
-        short = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True, detokenize=False)
-        long = SamplingParams(temperature=0.0, max_tokens=1 + a.decode, ignore_eos=True, detokenize=False)
-        fits = kv_tokens is None or C * (a.context + a.decode) <= kv_tokens
-        row = dict(model=a.model_config, kv_cache_dtype=a.kv, context_len=a.context, concurrency=C,
-                   decode_tokens=a.decode, gpu_memory_utilization=a.gpu_mem, kv_tokens=kv_tokens,
-                   max_concurrency=max_conc, cuda_graphs=not a.eager, fits_in_kv=fits,
-                   **(dict(mixed=True, prompt_lens=lens) if a.mixed else {}))
-        try:
-            t = time.perf_counter()
-            llm.generate(prompts, short, use_tqdm=False)
-            t_short = time.perf_counter() - t
-            t = time.perf_counter()
-            outs = llm.generate(prompts, long, use_tqdm=False)
-            t_long = time.perf_counter() - t
-            n_out = sum(len(o.outputs[0].token_ids) for o in outs)
-            assert n_out == C * (1 + a.decode), n_out
-            assert t_long > t_short, f"decode run ({t_long:.2f} s) not longer than prefill run ({t_short:.2f} s)"
-            row.update(batch_ttft_s=round(t_short, 2), total_s=round(t_long, 2),
-                       decode_tok_s=round(C * a.decode / max(1e-9, t_long - t_short), 1))
-            if a.repeat_long:
-                t = time.perf_counter()
-                llm.generate(prompts, long, use_tqdm=False)
-                t_long2 = time.perf_counter() - t
-                row.update(total_s_2=round(t_long2, 2),
-                           decode_tok_s_2=round(C * a.decode / max(1e-9, t_long2 - t_short), 1))
-        except Exception as exc:   # e.g. more concurrency than the cache holds: recorded, not hidden
-            row.update(error=f"{type(exc).__name__}: {str(exc)[:300]}")
-        print("ROW " + json.dumps(row), flush=True)
-        rows.append(row)
+    with group.gpu_turn():
+        # warm-up: Triton compiles the prefill/decode kernels at first use; keep that out of the timing
+        t = time.perf_counter()
+        llm.generate([TokensPrompt(prompt_token_ids=torch.randint(1000, 100000, (9000,), generator=g).tolist())] * 2,
+                     SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True, detokenize=False), use_tqdm=False)
+        print(f"[{a.kv}] warm-up {time.perf_counter() - t:.1f} s", flush=True)
+        for C in concurrencies(a.concurrency, max_conc):
+            lens = ragged_lengths(a.context, C) if a.mixed else [a.context] * C
+            # tokens the first-prefilled request makes while the others prefill, then --decode more
+            max_tokens = 1 + a.decode + math.ceil(sum(lens) / mnbt) + 2
+            fits = kv_tokens is None or sum(n + max_tokens for n in lens) <= kv_tokens
+            row = dict(base_row, concurrency=C, decode_tokens=a.decode, kv_tokens=kv_tokens, max_concurrency=max_conc,
+                       fits_in_kv=fits, max_num_batched_tokens=mnbt,
+                       **(dict(mixed=True, prompt_lens=lens) if a.mixed else {}))
+            try:
+                prompts = [TokensPrompt(prompt_token_ids=torch.randint(1000, 100000, (n,), generator=g).tolist())
+                           for n in lens]
+                params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+                row.update(timings(trace_batch(engine, prompts, params, tag=f"{a.kv}-{C}"), sum(lens)))
+            except Exception as exc:   # e.g. more concurrency than the cache holds: recorded, not hidden
+                row.update(error=f"{type(exc).__name__}: {str(exc)[:300]}")
+            print("ROW " + json.dumps(row), flush=True)
+            rows.append(row)
+            with open(a.out, "a") as f:      # row by row: a run cut short keeps what it measured
+                f.write(json.dumps(row) + "\n")
     if not rows:   # capacity only
-        rows.append(dict(model=a.model_config, kv_cache_dtype=a.kv, context_len=a.context,
-                         gpu_memory_utilization=a.gpu_mem, kv_tokens=kv_tokens, max_concurrency=max_conc,
-                         cuda_graphs=not a.eager, engine_lines=cap_lines))
-        print("ROW " + json.dumps(rows[-1])[:600], flush=True)
-    with open(a.out, "a") as f:
-        for r in rows:
-            f.write(json.dumps(r) + "\n")
+        row = dict(base_row, kv_tokens=kv_tokens, max_concurrency=max_conc, engine_lines=cap_lines)
+        print("ROW " + json.dumps(row)[:600], flush=True)
+        with open(a.out, "a") as f:
+            f.write(json.dumps(row) + "\n")
+    return 0
+
+
+def trace_batch(engine, prompts, params, tag) -> list[tuple[float, dict[str, int], set[str]]]:
+    """Submit every prompt at once and step the engine to the end; after each step that returned
+    outputs: (seconds since submission, tokens so far per request, requests finished so far)."""
+    ids = [f"{tag}-{i}" for i in range(len(prompts))]
+    t0 = time.perf_counter()
+    for rid, p in zip(ids, prompts):
+        engine.add_request(rid, p, params)
+    tokens, finished, trace = dict.fromkeys(ids, 0), set(), []
+    while engine.has_unfinished_requests():
+        outs = engine.step()
+        if not outs:
+            continue
+        for o in outs:
+            tokens[o.request_id] = max(tokens[o.request_id], len(o.outputs[0].token_ids))
+            if o.finished:
+                finished.add(o.request_id)
+        trace.append((time.perf_counter() - t0, dict(tokens), set(finished)))
+    return trace
+
+
+def timings(trace, prompt_tokens: int) -> dict:
+    """The row's times from trace_batch's trace: each request's first token, the prefill rate, and
+    the decode rate in the steps where every request decodes (from the step where the last one has
+    its first token to the step where the first one finishes)."""
+    if not trace:
+        raise ValueError("the engine returned no outputs")
+    ids = list(trace[-1][1])
+    first = {}
+    for t, tokens, _ in trace:
+        for rid in ids:
+            if rid not in first and tokens[rid] >= 1:
+                first[rid] = t
+    if len(first) < len(ids):
+        raise ValueError(f"{len(ids) - len(first)} of {len(ids)} requests produced no token")
+    t_all = max(first.values())
+    start = next(i for i, (t, _, _) in enumerate(trace) if t >= t_all)
+    end = next((i for i, (_, _, done) in enumerate(trace) if done), len(trace) - 1)
+    if end <= start:
+        raise ValueError("the first request finished before the last one had its first token: raise --decode")
+    n0, n1 = sum(trace[start][1].values()), sum(trace[end][1].values())
+    dt = trace[end][0] - trace[start][0]
+    return dict(ttft_first_s=round(min(first.values()), 3), batch_ttft_s=round(t_all, 3),
+                prefill_tok_s=round(prompt_tokens / t_all, 1), decode_steps=end - start,
+                decode_tok_s=round((n1 - n0) / dt, 1), step_ms=round(1000 * dt / (end - start), 2),
+                total_s=round(trace[-1][0], 2))
+
+
+class Group:
+    """The engines built together under --parallel: each says when it is built (or failed), and
+    they take the GPU one at a time once every one is built."""
+    def __init__(self, path, size):
+        self.path, self.size, self._said = path, size, False
+
+    @classmethod
+    def from_env(cls):
+        return cls(os.environ.get("E2E_GROUP_DIR"), int(os.environ.get("E2E_GROUP_SIZE", "1")))
+
+    def built(self):
+        if self.path and not self._said:
+            self._said = True
+            open(os.path.join(self.path, f"built.{os.getpid()}"), "w").close()
+
+    def wait_all_built(self, timeout_s=1800):
+        t0 = time.time()
+        while self.path and sum(f.startswith("built.") for f in os.listdir(self.path)) < self.size:
+            if time.time() - t0 > timeout_s:
+                raise SystemExit(f"e2e_throughput: the other engines of the group were not built in {timeout_s} s")
+            time.sleep(1)
+
+    def gpu_turn(self):
+        group = self
+
+        class Turn:
+            def __enter__(self):
+                if group.path:
+                    self.f = open(os.path.join(group.path, "gpu.lock"), "w")
+                    fcntl.flock(self.f, fcntl.LOCK_EX)
+
+            def __exit__(self, *exc):
+                if group.path:
+                    fcntl.flock(self.f, fcntl.LOCK_UN)
+                    self.f.close()
+        return Turn()
 
 
 def concurrencies(spec: str, max_conc) -> list[int]:
@@ -204,38 +300,71 @@ def concurrencies(spec: str, max_conc) -> list[int]:
     return list(dict.fromkeys(out))
 
 
+def child_argv(argv: list[str]) -> list[str]:
+    """The flags a dtype's own process gets: all but those run_each decides (--kv, --concurrency,
+    --budget-s, --parallel), in both the `--flag value` and the `--flag=value` form."""
+    own = ("--kv", "--concurrency", "--budget-s", "--parallel")
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+        elif x in own:
+            skip = True
+        elif not x.split("=", 1)[0] in own:
+            out.append(x)
+    return out
+
+
 def run_each(a) -> int:
-    """Each --kv dtype in its own process, the same flags; `bf16max` from auto's row."""
+    """Each --kv dtype in its own process, the same flags, --parallel at a time; `bf16max` from
+    auto's row (auto then runs alone first)."""
     import subprocess
+    import tempfile
 
     kvs = [k.strip() for k in a.kv.split(",") if k.strip()]
     if "bf16max" in a.concurrency and kvs[0] != "auto":
         raise SystemExit("--concurrency bf16max: put auto first in --kv (its maximum is measured by its own run)")
-    argv = sys.argv[1:]
-    base = [x for i, x in enumerate(argv) if x not in ("--kv", "--concurrency", "--budget-s")
-            and (i == 0 or argv[i - 1] not in ("--kv", "--concurrency", "--budget-s"))]
+    if a.parallel > 1 and not a.kv_gib:
+        raise SystemExit("--parallel: give --kv-gib (engines built side by side would size their KV cache from "
+                         "each other's memory) and a --gpu-mem that --parallel processes fit in")
+    base = child_argv(sys.argv[1:])
+    groups = [[kvs[0]]] + [kvs[i:i + a.parallel] for i in range(1, len(kvs), a.parallel)] \
+        if "bf16max" in a.concurrency else [kvs[i:i + a.parallel] for i in range(0, len(kvs), a.parallel)]
     t0, rc, bf16max = time.time(), 0, None
-    for kv in kvs:
+    for group in groups:
         if a.budget_s and time.time() - t0 > a.budget_s:
-            row = dict(model=a.model_config, kv_cache_dtype=kv, context_len=a.context,
-                       error=f"not run: --budget-s {a.budget_s:.0f} passed")
             with open(a.out, "a") as f:
-                f.write(json.dumps(row) + "\n")
+                for kv in group:
+                    f.write(json.dumps(dict(model=a.model_config, kv_cache_dtype=kv, context_len=a.context,
+                                            error=f"not run: --budget-s {a.budget_s:.0f} passed")) + "\n")
             continue
         conc = a.concurrency
         if "bf16max" in conc:
             conc = conc.replace("bf16max", str(bf16max) if bf16max else "")
-        print(f"=== {kv} (concurrency {conc}) at {time.time() - t0:.0f} s", flush=True)
-        before = len(read_rows(a.out))
-        child = subprocess.run([sys.executable, __file__, *base, "--kv", kv, "--concurrency", conc]).returncode
-        rc |= child
-        rows = read_rows(a.out)
-        if len(rows) == before:     # it died before writing its row: that is its result
-            with open(a.out, "a") as f:
-                f.write(json.dumps(dict(model=a.model_config, kv_cache_dtype=kv, context_len=a.context,
-                                        error=f"the process exited with status {child} and wrote no row")) + "\n")
-        if kv == "auto":
-            mc = next((r.get("max_concurrency") for r in reversed(rows[before:]) if r.get("max_concurrency")), None)
+        print(f"=== {', '.join(group)} (concurrency {conc}) at {time.time() - t0:.0f} s", flush=True)
+        before = read_rows(a.out)
+        gdir = tempfile.mkdtemp(prefix="e2e-group-")
+        env = dict(os.environ, E2E_GROUP_DIR=gdir, E2E_GROUP_SIZE=str(len(group)))
+        procs = {kv: subprocess.Popen([sys.executable, __file__, *base, "--kv", kv, "--concurrency", conc], env=env)
+                 for kv in group}
+        status = {}
+        while len(status) < len(procs):      # one that dies unannounced must not keep the others waiting
+            for kv, p in procs.items():
+                if kv not in status and p.poll() is not None:
+                    status[kv] = p.returncode
+                    open(os.path.join(gdir, f"built.{p.pid}"), "w").close()
+            time.sleep(1)
+        rc |= max(status.values())
+        new = read_rows(a.out)[len(before):]
+        with open(a.out, "a") as f:
+            for kv in group:
+                if not any(r.get("kv_cache_dtype") == kv for r in new):   # died before writing its row
+                    f.write(json.dumps(dict(model=a.model_config, kv_cache_dtype=kv, context_len=a.context,
+                                            error=f"the process exited with status {status[kv]} and wrote no row"))
+                            + "\n")
+        if "auto" in group:
+            mc = next((r.get("max_concurrency") for r in reversed(new)
+                       if r.get("kv_cache_dtype") == "auto" and r.get("max_concurrency")), None)
             bf16max = max(1, int(mc)) if mc else None
     print_table(read_rows(a.out)[-1000:], set(kvs), a.context)
     return rc
@@ -246,13 +375,13 @@ def read_rows(path) -> list[dict]:
 
 
 def print_table(rows, kvs, context):
-    print("| kv | KV tokens | max concurrency | concurrency | batch TTFT s | decode tok/s | error |")
-    print("|---|---|---|---|---|---|---|")
+    print("| kv | KV tokens | max concurrency | concurrency | TTFT first / last s | decode tok/s | ms/step | error |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if r.get("kv_cache_dtype") in kvs and r.get("context_len") == context:
             print(f"| {r['kv_cache_dtype']} | {r.get('kv_tokens')} | {r.get('max_concurrency')} | "
-                  f"{r.get('concurrency')} | {r.get('batch_ttft_s')} | {r.get('decode_tok_s')} | "
-                  f"{(r.get('error') or '')[:120]} |")
+                  f"{r.get('concurrency')} | {r.get('ttft_first_s')} / {r.get('batch_ttft_s')} | "
+                  f"{r.get('decode_tok_s')} | {r.get('step_ms')} | {(r.get('error') or '')[:120]} |")
 
 
 if __name__ == "__main__":
