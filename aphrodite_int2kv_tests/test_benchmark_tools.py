@@ -159,3 +159,15 @@ def test_e2e_group_waits_for_every_engine_then_takes_turns(tmp_path):
         assert (tmp_path / "gpu.lock").exists()
     with pytest.raises(SystemExit, match="--kv-gib"):
         e2e.main.__globals__["run_each"](type("A", (), dict(kv="auto,int2", concurrency="1", parallel=2, kv_gib=0))())
+
+
+def test_e2e_engine_log_catches_what_a_spawned_process_writes(tmp_path):
+    import subprocess
+    import sys
+
+    log = tmp_path / "engine.log"
+    with _e2e().stderr_to(str(log)):
+        subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('GPU KV cache size: 7 tokens\\n')"])
+        sys.stderr.write("from this process\n")
+    sys.stderr.write("after\n")
+    assert log.read_text().splitlines() == ["GPU KV cache size: 7 tokens", "from this process"]

@@ -29,7 +29,6 @@ timing. --budget-s skips the dtypes that would start after it:
 import argparse
 import fcntl
 import json
-import logging
 import math
 import os
 import re
@@ -64,17 +63,8 @@ HYBRID_TEXT = {
 CAPTURE_SIZES = [1, 2, 4] + list(range(8, 129, 8))
 
 
-class CapacityLog(logging.Handler):
-    """Collects the engine's own capacity lines (printed by the engine core in this process)."""
-    def __init__(self):
-        super().__init__()
-        self.lines = []
-
-    def emit(self, record):
-        msg = record.getMessage()
-        if any(k in msg for k in ("KV cache size", "Maximum concurrency", "int2 KV cache active",
-                                  "attention block size", "mamba page size")):
-            self.lines.append(msg)
+CAPACITY_LINES = ("KV cache size", "Maximum concurrency", "int2 KV cache active", "attention block size",
+                  "mamba page size")
 
 
 def main():
@@ -117,11 +107,8 @@ def measure(a, group) -> int:
     with open(f"{path}/config.json", "w") as f:
         json.dump(cfg, f)
 
-    os.environ.setdefault("APHRODITE_ENABLE_V1_MULTIPROCESSING", "0")   # engine logs in this process
     from aphrodite import LLM, SamplingParams
     from aphrodite.inputs import TokensPrompt
-    handler = CapacityLog()
-    logging.getLogger("aphrodite").addHandler(handler)
 
     kw = dict(model=path, load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16",
               max_model_len=a.context + a.decode + 16, gpu_memory_utilization=a.gpu_mem,
@@ -136,17 +123,22 @@ def measure(a, group) -> int:
         kw.update(language_model_only=True, gdn_prefill_backend="triton")
     base_row = dict(model=a.model_config, kv_cache_dtype=a.kv, context_len=a.context, gpu_memory_utilization=a.gpu_mem,
                     **(dict(kv_gib=a.kv_gib) if a.kv_gib else {}), cuda_graphs=not a.eager)
+    # The engine core runs in its own process, as under `aphrodite run` (its scheduling overlaps the
+    # GPU's work); its log, where the capacity lines are, goes to a file beside --out.
+    log_path = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"e2e-engine-{a.model_config}-{a.kv}.log")
     t0 = time.perf_counter()
     try:
-        llm = LLM(**kw)
+        with stderr_to(log_path):
+            llm = LLM(**kw)
     except Exception as exc:    # a dtype that refuses the model, or crashes building it: its result
         row = dict(base_row, error=f"{type(exc).__name__}: {str(exc)[:400]}")
         print("ROW " + json.dumps(row), flush=True)
+        print(f"[{a.kv}] the engine's log ({log_path}) ends:\n" + "".join(open(log_path).readlines()[-30:]), flush=True)
         with open(a.out, "a") as f:
             f.write(json.dumps(row) + "\n")
         return 1
     init_s = time.perf_counter() - t0
-    cap_lines = list(handler.lines)
+    cap_lines = [line.strip() for line in open(log_path, errors="replace") if any(k in line for k in CAPACITY_LINES)]
     kv_tokens = max_conc = None
     for line in cap_lines:
         m = re.search(r"KV cache size: ([\d,]+) tokens", line)
@@ -245,6 +237,24 @@ def timings(trace, prompt_tokens: int) -> dict:
                 prefill_tok_s=round(prompt_tokens / t_all, 1), decode_steps=end - start,
                 decode_tok_s=round((n1 - n0) / dt, 1), step_ms=round(1000 * dt / (end - start), 2),
                 total_s=round(trace[-1][0], 2))
+
+
+class stderr_to:
+    """File descriptor 2 into `path` while the engine starts: the engine-core process it spawns
+    keeps writing its log there."""
+    def __init__(self, path):
+        self.path = path
+
+    def __enter__(self):
+        sys.stderr.flush()
+        self.saved, self.f = os.dup(2), open(self.path, "a")
+        os.dup2(self.f.fileno(), 2)
+
+    def __exit__(self, *exc):
+        sys.stderr.flush()
+        os.dup2(self.saved, 2)
+        os.close(self.saved)
+        self.f.close()
 
 
 class Group:
