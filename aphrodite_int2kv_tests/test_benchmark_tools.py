@@ -162,12 +162,13 @@ def test_e2e_group_waits_for_every_engine_then_takes_turns(tmp_path):
 
 
 def test_e2e_engine_log_catches_what_a_spawned_process_writes(tmp_path):
+    import os
     import subprocess
     import sys
 
     log = tmp_path / "engine.log"
     with _e2e().stderr_to(str(log)):
         subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('GPU KV cache size: 7 tokens\\n')"])
-        sys.stderr.write("from this process\n")
-    sys.stderr.write("after\n")
+        os.write(2, b"from this process\n")      # the engine's logger writes to fd 2
+    os.write(2, b"after\n")
     assert log.read_text().splitlines() == ["GPU KV cache size: 7 tokens", "from this process"]
