@@ -167,8 +167,8 @@ def test_e2e_engine_log_catches_what_a_spawned_process_writes(tmp_path):
     import sys
 
     log = tmp_path / "engine.log"
-    with _e2e().stderr_to(str(log)):
+    with _e2e().output_to(str(log)):
         subprocess.run([sys.executable, "-c", "import sys; sys.stderr.write('GPU KV cache size: 7 tokens\\n')"])
-        os.write(2, b"from this process\n")      # the engine's logger writes to fd 2
-    os.write(2, b"after\n")
+        os.write(1, b"from this process\n")      # the engine's logger writes to stdout
+    os.write(1, b"after\n")
     assert log.read_text().splitlines() == ["GPU KV cache size: 7 tokens", "from this process"]

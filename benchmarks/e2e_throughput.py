@@ -128,7 +128,7 @@ def measure(a, group) -> int:
     log_path = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"e2e-engine-{a.model_config}-{a.kv}.log")
     t0 = time.perf_counter()
     try:
-        with stderr_to(log_path):
+        with output_to(log_path):
             llm = LLM(**kw)
     except Exception as exc:    # a dtype that refuses the model, or crashes building it: its result
         row = dict(base_row, error=f"{type(exc).__name__}: {str(exc)[:400]}")
@@ -239,21 +239,26 @@ def timings(trace, prompt_tokens: int) -> dict:
                 total_s=round(trace[-1][0], 2))
 
 
-class stderr_to:
-    """File descriptor 2 into `path` while the engine starts: the engine-core process it spawns
-    keeps writing its log there."""
+class output_to:
+    """File descriptors 1 and 2 (the engine logs to stdout) into `path` while the engine starts:
+    the engine-core process it spawns keeps writing its log there."""
     def __init__(self, path):
         self.path = path
 
     def __enter__(self):
+        sys.stdout.flush()
         sys.stderr.flush()
-        self.saved, self.f = os.dup(2), open(self.path, "a")
+        self.f = open(self.path, "a")
+        self.saved = [os.dup(1), os.dup(2)]
+        os.dup2(self.f.fileno(), 1)
         os.dup2(self.f.fileno(), 2)
 
     def __exit__(self, *exc):
+        sys.stdout.flush()
         sys.stderr.flush()
-        os.dup2(self.saved, 2)
-        os.close(self.saved)
+        for fd, saved in zip((1, 2), self.saved):
+            os.dup2(saved, fd)
+            os.close(saved)
         self.f.close()
 
 
