@@ -158,7 +158,7 @@ def test_e2e_group_waits_for_every_engine_then_takes_turns(tmp_path):
     with g.gpu_turn():
         assert (tmp_path / "gpu.lock").exists()
     with pytest.raises(SystemExit, match="--kv-gib"):
-        e2e.main.__globals__["run_each"](type("A", (), dict(kv="auto,int2", concurrency="1", parallel=2, kv_gib=0))())
+        e2e.run_each(type("A", (), dict(kv="auto,int2", concurrency="1", parallel=2, kv_gib=0))())
 
 
 def test_e2e_engine_log_catches_what_a_spawned_process_writes(tmp_path):

@@ -27,6 +27,7 @@ timing. --budget-s skips the dtypes that would start after it:
       --context 32768 --concurrency 1,bf16max,max --kv-gib 12 --gpu-mem 0.2 --parallel 3 --out rows.jsonl
 """
 import argparse
+import contextlib
 import fcntl
 import json
 import math
@@ -284,20 +285,14 @@ class Group:
                 raise SystemExit(f"e2e_throughput: the other engines of the group were not built in {timeout_s} s")
             time.sleep(1)
 
+    @contextlib.contextmanager
     def gpu_turn(self):
-        group = self
-
-        class Turn:
-            def __enter__(self):
-                if group.path:
-                    self.f = open(os.path.join(group.path, "gpu.lock"), "w")
-                    fcntl.flock(self.f, fcntl.LOCK_EX)
-
-            def __exit__(self, *exc):
-                if group.path:
-                    fcntl.flock(self.f, fcntl.LOCK_UN)
-                    self.f.close()
-        return Turn()
+        if not self.path:
+            yield
+            return
+        with open(os.path.join(self.path, "gpu.lock"), "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            yield
 
 
 def concurrencies(spec: str, max_conc) -> list[int]:
