@@ -172,3 +172,22 @@ def test_e2e_engine_log_catches_what_a_spawned_process_writes(tmp_path):
         os.write(1, b"from this process\n")      # the engine's logger writes to stdout
     os.write(1, b"after\n")
     assert log.read_text().splitlines() == ["GPU KV cache size: 7 tokens", "from this process"]
+
+
+
+def test_e2e_turboquant_boundary_layers_never_pick_flash_attn_where_its_ops_are_missing(engine):
+    """On an install without FlashAttention's ops (the GPU bundle), the TurboQuant rows take
+    FLASH_ATTN out of the CUDA backend priorities (the rest of keep_turboquant_off_missing_flash_attn
+    needs the CUDA platform: the H200 rows show it)."""
+    from aphrodite.v1.attention.backends.registry import AttentionBackendEnum as B
+
+    listed = [B.FLASH_ATTN, B.FLASHINFER, B.TRITON_ATTN, B.FLEX_ATTENTION, B.TURBOQUANT]
+    calls = []
+
+    def priorities(*args, **kwargs):
+        calls.append((args, kwargs))
+        return listed
+
+    pick = _e2e().without_backend(priorities, B.FLASH_ATTN)
+    assert pick(False, "cap", kv_cache_dtype="auto") == listed[1:]
+    assert calls == [((False, "cap"), {"kv_cache_dtype": "auto"})] and B.FLASH_ATTN in listed

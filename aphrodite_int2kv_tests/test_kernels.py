@@ -287,6 +287,25 @@ def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits, table_ahead)
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("D,G,Hq,Hkv,block_h", [
+    (128, 64, 24, 2, 8),     # ratio 12: two 8-row tiles per KV head, the second half masked
+    (128, 64, 20, 1, 8),     # ratio 20: three 8-row tiles, 4 rows of the last one masked
+    (256, 64, 48, 2, 16),    # ratio 24 at head_dim 256: two 16-row tiles, 8 rows masked
+    (64, 32, 18, 3, 8)])     # ratio 6 on three KV heads: one tile each
+@pytest.mark.parametrize("fold", [True, False])
+def test_decode_tile_major_grid_maps_every_head(D, G, Hq, Hkv, block_h, fold):
+    """tile_major (grid: head tiles of a KV head side by side, then the splits, then the KV
+    heads) reads every query head's own KV head, at ratios that are not multiples of the tile."""
+    L = SlotLayout(D, G)
+    seq_lens = [150, 37, 1]
+    cache, bt, _ = paged_cache(L, seq_lens, Hkv, 16)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 3, fold=fold, block_h=block_h, tile_major=True, block_n=32)
+    ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5, folded=fold)
+    torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
+
+
 @pytest.mark.parametrize("D,G,Hq,Hkv,batch", [
     (128, 32, 32, 4, 3), (128, 64, 12, 2, 1), (64, 32, 8, 8, 5), (256, 64, 16, 2, 2), (256, 32, 48, 2, 1),
     (128, 64, 24, 1, 3),    # ratio 24: one 32-row tile in two-warp programs, 8 rows masked

@@ -73,6 +73,10 @@ def main():
                          "loop of block_n; 32/0: both loops compiled, never short)")
     ap.add_argument("--merge", default="",
                     help="extra new-side launches with another merge: merge_split/merge_warps,... (int2_decode)")
+    ap.add_argument("--tiles", default="",
+                    help="extra new-side launches with another head tile: block_h/num_warps/tile_major,... "
+                         "(tile_major 1: the head tiles of a KV head side by side in the grid; splits for "
+                         "programs_per_sm of that tile)")
     ap.add_argument("--head-major", action="store_true",
                     help="also time the new side on the same pages read heads first (pages_heads_first)")
     ap.add_argument("--heads-first", action="store_true",
@@ -129,6 +133,15 @@ def main():
                     sn, su = map(int, v.split("/"))
                     sides.append((f"new/short{sn}/{su}", new.int2_decode, ncfg.num_splits,
                                   dict(ncfg.kwargs(), short_n=sn, short_units=su)))
+                for v in [v for v in args.tiles.split(",") if v]:
+                    bh, nw, tm = map(int, v.split("/"))
+                    tiles_per_group = math.ceil(Hq // Hkv / bh)
+                    per_sm = new.programs_per_sm(D, bh, ncfg.fold)
+                    splits = max(1, min(256, per_sm * sms // (B * Hkv * tiles_per_group), max(lens) // 256))
+                    kw = dict(ncfg.kwargs(), block_h=bh, num_warps=nw, tile_major=bool(tm))
+                    if bh != ncfg.block_h:
+                        kw["maxnreg"] = 168 if ncfg.fold and D == 128 and bh <= 8 else None
+                    sides.append((f"new/h{bh}/w{nw}/{'tm' if tm else 'pm'}", new.int2_decode, splits, kw))
                 for v in [v for v in args.merge.split(",") if v]:
                     ms, mw = map(int, v.split("/"))
                     sides.append((f"new/merge{ms}/{mw}", new.int2_decode, ncfg.num_splits,

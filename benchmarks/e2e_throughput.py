@@ -108,6 +108,7 @@ def measure(a, group) -> int:
     with open(f"{path}/config.json", "w") as f:
         json.dump(cfg, f)
 
+    fa_note = keep_turboquant_off_missing_flash_attn() if a.kv.startswith("turboquant_") else None
     from aphrodite import LLM, SamplingParams
     from aphrodite.inputs import TokensPrompt
 
@@ -123,7 +124,8 @@ def measure(a, group) -> int:
     if a.model_config == "hybrid27b":
         kw.update(language_model_only=True, gdn_prefill_backend="triton")
     base_row = dict(model=a.model_config, kv_cache_dtype=a.kv, context_len=a.context, gpu_memory_utilization=a.gpu_mem,
-                    **(dict(kv_gib=a.kv_gib) if a.kv_gib else {}), cuda_graphs=not a.eager)
+                    **(dict(kv_gib=a.kv_gib) if a.kv_gib else {}), cuda_graphs=not a.eager,
+                    **(dict(note=fa_note) if fa_note else {}))
     # The engine core runs in its own process, as under `aphrodite run` (its scheduling overlaps the
     # GPU's work); its log, where the capacity lines are, goes to a file beside --out.
     log_path = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"e2e-engine-{a.model_config}-{a.kv}.log")
@@ -191,6 +193,45 @@ def measure(a, group) -> int:
         with open(a.out, "a") as f:
             f.write(json.dumps(row) + "\n")
     return 0
+
+
+def keep_turboquant_off_missing_flash_attn() -> str | None:
+    """Where FlashAttention's ops are missing (an install without the FA2/FA3 extensions, like the
+    GPU bundle's): make the TurboQuant backend and its bf16 boundary layers work without them, as
+    the engine would on a GPU with no FlashAttention, instead of crashing at the first prefill.
+    - the boundary layers (kv_cache_dtype_skip_layers, the model dtype) would pick FLASH_ATTN, first
+      in the CUDA priority list, whose validity check does not look at the ops: it is dropped from
+      that list, so they take TRITON_ATTN like the bf16 baseline;
+    - the TurboQuant backend's prefill uses flash_attn_varlen_func when it believes FA is there
+      (_HAS_FLASH_ATTN): set False, it takes its own SDPA path.
+    Both are in-process changes, so the engine core runs in this process
+    (APHRODITE_ENABLE_V1_MULTIPROCESSING=0). Returns the row's note, or None where FA is whole."""
+    import torch
+    try:
+        import aphrodite.vllm_flash_attn  # noqa: F401  (loads the FA extensions that are present)
+    except ImportError:
+        pass
+    ops = [(ns, op) for ns, op in (("_vllm_fa2_C", "varlen_fwd"), ("_vllm_fa3_C", "fwd"))
+           if hasattr(getattr(torch.ops, ns), op)]
+    if ops:
+        return None
+    os.environ["APHRODITE_ENABLE_V1_MULTIPROCESSING"] = "0"
+    import aphrodite.platforms.cuda as cuda_platform
+    import aphrodite.v1.attention.backends.turboquant_attn as tq
+    from aphrodite.v1.attention.backends.registry import AttentionBackendEnum
+
+    cuda_platform._get_backend_priorities = without_backend(cuda_platform._get_backend_priorities,
+                                                            AttentionBackendEnum.FLASH_ATTN)
+    tq._HAS_FLASH_ATTN = False
+    return ("FlashAttention ops missing: boundary layers on TRITON_ATTN, TurboQuant prefill on its SDPA path "
+            "(its TTFT is not what an install with FlashAttention gets); engine core in-process")
+
+
+def without_backend(priorities, backend):
+    """A backend-priorities function that never lists `backend`."""
+    def pick(*args, **kwargs):
+        return [b for b in priorities(*args, **kwargs) if b != backend]
+    return pick
 
 
 def trace_batch(engine, prompts, params, tag) -> list[tuple[float, dict[str, int], set[str]]]:

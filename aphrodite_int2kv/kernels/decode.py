@@ -77,13 +77,17 @@ def _int2_decode_split_kernel(
     AFTER_TAIL: tl.constexpr = False,            # this launch is the tail launch's dependent
     SHORT_N: tl.constexpr = 0,                   # > 0: short shares in tiles of SHORT_N (share_tiles)
     SHORT_UNITS: tl.constexpr = 0,
+    TILE_MAJOR: tl.constexpr = False,            # grid (TILES, num_programs, Hkv): see int2_decode
 ):
     if PDL:
         # lets the merge's programs start as this launch's programs finish (they wait in
         # gdc_wait for all of it): its launch and prologue run under this launch's last programs
         gdc_launch_dependents()
-    program = tl.program_id(0)
-    if UPSTREAM_HEAD_MAP:
+    if TILE_MAJOR:
+        program = tl.program_id(1)
+        kv_head, q_head, hmask = group_heads(tl.program_id(2) * TILES + tl.program_id(0), RATIO, TILES, BLOCK_H)
+    elif UPSTREAM_HEAD_MAP:
+        program = tl.program_id(0)
         # The mapping of aphrodite's _fwd_grouped_kernel_stage1, kept only so the tests can show
         # that they catch it (48 q / 2 kv heads: q head 24 reads KV head 0).
         VALID: tl.constexpr = BLOCK_H if RATIO > BLOCK_H else RATIO
@@ -91,6 +95,7 @@ def _int2_decode_split_kernel(
         q_head = tl.program_id(1) * VALID + tl.arange(0, BLOCK_H)
         hmask = (q_head < (tl.program_id(1) + 1) * VALID) & (q_head < NUM_Q_HEADS)
     else:
+        program = tl.program_id(0)
         kv_head, q_head, hmask = group_heads(tl.program_id(1), RATIO, TILES, BLOCK_H)
 
     # This launch reads int2 positions [lo, int2_len) of each sequence only (int2_positions): the
@@ -447,13 +452,14 @@ class DecodeLaunch:
     short_units: int = 0     # up to this many of them per program on average
     merge_split: int = 1     # merge programs per query row (int2_decode)
     merge_warps: int = 4
+    tile_major: bool = False  # head tiles of a KV head side by side in the grid (int2_decode)
 
     def kwargs(self) -> dict:
         """int2_decode's launch arguments (all but num_splits), the tile included."""
         return dict(block_n=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages,
                     block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold, maxnreg=self.maxnreg,
                     chain_tail=self.chain_tail, short_n=self.short_n, short_units=self.short_units,
-                    merge_split=self.merge_split, merge_warps=self.merge_warps)
+                    merge_split=self.merge_split, merge_warps=self.merge_warps, tile_major=self.tile_major)
 
 
 # The split tile's registers per thread (benchmarks/sass_report.py; the ahead-of-time check, aot.py,
@@ -630,7 +636,8 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
                 _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
                 chain_tail: bool = False, short_n: int = 0, short_units: int = 0,
-                merge_split: int = 1, merge_warps: int = 4, limits: DeviceLimits | None = None) -> torch.Tensor:
+                merge_split: int = 1, merge_warps: int = 4, tile_major: bool = False,
+                limits: DeviceLimits | None = None) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -719,11 +726,18 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
             *cen, *_window_args(window, q_rot),
             TAIL_N=TAIL_N, SINKS=int(sinks), WBS=window[0].shape[1] if window else 16, PDL=chain, **heads,
             num_warps=4)   # one short tile: 4 warps keep it free of spills and load it in parallel
-    _int2_decode_split_kernel[(num_programs, grid_heads)](
+    if tile_major and not _upstream_head_map:
+        # the head tiles of one KV head and share next to each other in the launch order, so that
+        # they read its pages at about the same time: all but the first from L2
+        split_grid = (tiles, num_programs, Hkv)
+    else:
+        split_grid = (num_programs, grid_heads)
+    _int2_decode_split_kernel[split_grid](
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
         part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
         BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
-        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units, **heads,
+        TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units,
+        TILE_MAJOR=bool(tile_major) and not _upstream_head_map, **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),
         **({} if maxnreg is None else {"maxnreg": maxnreg}), **({"launch_pdl": True} if chain else {}))
     merge_columns = D // merge_split
