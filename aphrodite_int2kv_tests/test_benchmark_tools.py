@@ -191,3 +191,25 @@ def test_e2e_turboquant_boundary_layers_never_pick_flash_attn_where_its_ops_are_
     pick = _e2e().without_backend(priorities, B.FLASH_ATTN)
     assert pick(False, "cap", kv_cache_dtype="auto") == listed[1:]
     assert calls == [((False, "cap"), {"kv_cache_dtype": "auto"})] and B.FLASH_ATTN in listed
+
+
+def test_e2e_sdpa_varlen_is_causal_attention_from_the_end_of_each_sequence():
+    """sdpa_varlen, TurboQuant's prefill attention where FlashAttention is missing, against the
+    attention written out: packed sequences, a chunk after cached keys (bottom-right causal), GQA."""
+    import torch
+
+    torch.manual_seed(0)
+    Hq, Hk, D = 4, 2, 16
+    lq, lk = [5, 3, 4], [5, 9, 4]           # the second: a chunk of 3 after 6 cached keys
+    q = torch.randn(sum(lq), Hq, D)
+    k, v = torch.randn(sum(lk), Hk, D), torch.randn(sum(lk), Hk, D)
+    cq = torch.tensor([0, 5, 8, 12], dtype=torch.int32)
+    ck = torch.tensor([0, 5, 14, 18], dtype=torch.int32)
+    got = _e2e().sdpa_varlen(q, k, v, cq, ck, 5, 9, softmax_scale=0.3, causal=True)
+    for i in range(3):
+        qs, ks, vs = q[cq[i]:cq[i + 1]], k[ck[i]:ck[i + 1]], v[ck[i]:ck[i + 1]]
+        for h in range(Hq):
+            s = 0.3 * qs[:, h] @ ks[:, h // 2].T
+            allowed = torch.arange(lk[i])[None, :] <= torch.arange(lq[i])[:, None] + (lk[i] - lq[i])
+            want = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1) @ vs[:, h // 2]
+            torch.testing.assert_close(got[cq[i]:cq[i + 1], h], want, atol=1e-5, rtol=1e-5)

@@ -197,13 +197,14 @@ def measure(a, group) -> int:
 
 def keep_turboquant_off_missing_flash_attn() -> str | None:
     """Where FlashAttention's ops are missing (an install without the FA2/FA3 extensions, like the
-    GPU bundle's): make the TurboQuant backend and its bf16 boundary layers work without them, as
-    the engine would on a GPU with no FlashAttention, instead of crashing at the first prefill.
+    GPU bundle's): let the TurboQuant backend and its bf16 boundary layers run without them instead
+    of crashing at the first prefill.
     - the boundary layers (kv_cache_dtype_skip_layers, the model dtype) would pick FLASH_ATTN, first
       in the CUDA priority list, whose validity check does not look at the ops: it is dropped from
       that list, so they take TRITON_ATTN like the bf16 baseline;
-    - the TurboQuant backend's prefill uses flash_attn_varlen_func when it believes FA is there
-      (_HAS_FLASH_ATTN): set False, it takes its own SDPA path.
+    - the TurboQuant backend's prefill calls flash_attn_varlen_func: it gets sdpa_varlen, the same
+      attention from torch's SDPA kernels (its own fallback without FA builds the whole score
+      matrix: 32 GiB for one 32K prompt, out of memory).
     Both are in-process changes, so the engine core runs in this process
     (APHRODITE_ENABLE_V1_MULTIPROCESSING=0). Returns the row's note, or None where FA is whole."""
     import torch
@@ -222,9 +223,39 @@ def keep_turboquant_off_missing_flash_attn() -> str | None:
 
     cuda_platform._get_backend_priorities = without_backend(cuda_platform._get_backend_priorities,
                                                             AttentionBackendEnum.FLASH_ATTN)
-    tq._HAS_FLASH_ATTN = False
-    return ("FlashAttention ops missing: boundary layers on TRITON_ATTN, TurboQuant prefill on its SDPA path "
-            "(its TTFT is not what an install with FlashAttention gets); engine core in-process")
+    tq._HAS_FLASH_ATTN = True
+    tq.flash_attn_varlen_func = sdpa_varlen
+    return ("FlashAttention ops missing: boundary layers on TRITON_ATTN, TurboQuant's prefill attention "
+            "through torch SDPA (sdpa_varlen) in place of flash_attn_varlen_func; engine core in-process")
+
+
+def sdpa_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, softmax_scale=None,
+                causal=True, **_):
+    """flash_attn_varlen_func's attention from torch's SDPA kernels: q [Nq, Hq, D], k, v [Nk, Hk, D]
+    packed by cu_seqlens; causal aligned to the end of each sequence's keys (a query chunk after
+    its cached tokens), K/V heads repeated for GQA."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention.bias import causal_lower_right
+
+    out = torch.empty_like(q)
+    cq, ck = cu_seqlens_q.tolist(), cu_seqlens_k.tolist()
+    rep = q.shape[1] // k.shape[1]
+    for i in range(len(cq) - 1):
+        lq, lk = cq[i + 1] - cq[i], ck[i + 1] - ck[i]
+        if lq == 0:
+            continue
+        qs = q[cq[i]:cq[i + 1]].transpose(0, 1).unsqueeze(0)
+        ks = k[ck[i]:ck[i + 1]].repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
+        vs = v[ck[i]:ck[i + 1]].repeat_interleave(rep, dim=1).transpose(0, 1).unsqueeze(0)
+        if causal and lq == lk:
+            o = F.scaled_dot_product_attention(qs, ks, vs, is_causal=True, scale=softmax_scale)
+        elif causal:
+            o = F.scaled_dot_product_attention(qs, ks, vs, attn_mask=causal_lower_right(lq, lk), scale=softmax_scale)
+        else:
+            o = F.scaled_dot_product_attention(qs, ks, vs, scale=softmax_scale)
+        out[cq[i]:cq[i + 1]] = o[0].transpose(0, 1)
+    return out
 
 
 def without_backend(priorities, backend):

@@ -45,7 +45,7 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
               ODD_SHIFT=int(os.environ.get("ODD_SHIFT", L.odd_shift)))   # kernel parameter order
     # short shares in tiles of SHORT_N (decode_launch_config's short_n; 0: none)
     cx.update(PDL=False, AFTER_TAIL=False, SHORT_N=int(os.environ.get("SHORT_N") or 0),
-              SHORT_UNITS=int(os.environ.get("SHORT_UNITS", "24")))
+              SHORT_UNITS=int(os.environ.get("SHORT_UNITS", "24")), TILE_MAJOR=bool(int(os.environ.get("TILE_MAJOR", "0"))))
     for k in cx: sig[k] = "constexpr"
     src = ASTSource(fn=dec._int2_decode_split_kernel, signature=sig, constexprs={(list(sig).index(k),): v for k, v in cx.items()},
                     attrs={(list(sig).index(k),): [["tt.divisibility", 16]] for k in ("q_ptr","stride_qb","stride_qh","cache_u8","cache_f16","stride_cb","stride_cs","stride_ch","block_table_ptr","seq_lens_ptr","part_out_ptr","part_lse_ptr")})
