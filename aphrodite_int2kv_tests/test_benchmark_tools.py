@@ -57,7 +57,7 @@ def test_every_benchmark_entry_point_answers_help():
 
     root = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
     scripts = sorted(p for p in root.iterdir() if p.suffix in (".py", ".sh"))
-    assert 4 <= len(scripts) <= 13
+    assert 4 <= len(scripts) <= 13, [p.name for p in scripts]
     for p in scripts:
         cmd = ["bash", str(p), "--help"] if p.suffix == ".sh" else [sys.executable, str(p), "--help"]
         res = subprocess.run(cmd, cwd=root.parent, capture_output=True, text=True, timeout=120)
@@ -65,7 +65,7 @@ def test_every_benchmark_entry_point_answers_help():
 
 
 def test_dtype_capacity_sizes_every_engine_dtype_by_the_engines_arithmetic(engine, tmp_path):
-    """benchmarks/dtype_capacity.py: a row for every KV dtype the engine offers; TurboQuant's
+    """benchmarks/engine_capacity.py dtypes: a row for every KV dtype the engine offers; TurboQuant's
     tokens follow its slot size with 4 of 36 layers in bf16, int2 stays >= 5x; on the
     layout-based API (0.24) it refuses with the reason instead of sizing the wrong pages."""
     import json
@@ -77,7 +77,7 @@ def test_dtype_capacity_sizes_every_engine_dtype_by_the_engines_arithmetic(engin
 
     root = pathlib.Path(__file__).resolve().parents[1]
     out = tmp_path / "cap.json"
-    res = subprocess.run([sys.executable, "benchmarks/dtype_capacity.py", "--out", str(out)], cwd=root,
+    res = subprocess.run([sys.executable, "benchmarks/engine_capacity.py", "dtypes", "--out", str(out)], cwd=root,
                          capture_output=True, text=True, timeout=600)
     if not shape_based_kv_api():
         assert res.returncode != 0 and "customize_spec" in res.stderr and "0.21" in res.stderr
@@ -213,3 +213,27 @@ def test_e2e_sdpa_varlen_is_causal_attention_from_the_end_of_each_sequence():
             allowed = torch.arange(lk[i])[None, :] <= torch.arange(lq[i])[:, None] + (lk[i] - lq[i])
             want = torch.softmax(s.masked_fill(~allowed, float("-inf")), dim=-1) @ vs[:, h // 2]
             torch.testing.assert_close(got[cq[i]:cq[i + 1], h], want, atol=1e-5, rtol=1e-5)
+
+
+def test_window_capacity_gives_our_budget_more_tokens_than_the_engines(engine, tmp_path):
+    """benchmarks/engine_capacity.py window: int2 with its recent window by the engine's own
+    arithmetic; our window budget never holds fewer tokens than the engine's sliding-window one,
+    and both stay above bf16."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = tmp_path / "win.json"
+    res = subprocess.run([sys.executable, "benchmarks/engine_capacity.py", "window", "--out", str(out)], cwd=root,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = json.load(open(out))
+    assert len(rows) == 8
+    by = {(r["window"], r["max_num_batched_tokens"], r["budget"]): r["ratio_vs_bf16"] for r in rows}
+    for (R, mnbt, budget), ratio in by.items():
+        assert ratio > 1.0
+        if budget == "ours":
+            assert ratio >= by[(R, mnbt, "engine")], (R, mnbt)
+    assert by[(128, 16384, "ours")] > by[(128, 16384, "engine")]     # the engine budgets a whole chunk per request

@@ -277,3 +277,17 @@ def test_longctx_takes_the_engine_dtypes_and_refuses_other_sets(capsys):
     with pytest.raises(SystemExit):
         cli(["longctx", "--schemes", "kivi-only"])
     assert "invalid choice" in capsys.readouterr().err
+
+
+def test_every_engine_dtype_row_names_a_dtype_the_engine_offers(engine):
+    """The engine-dtypes rows say which --kv-cache-dtype they stand for (the capacity plot joins
+    them to the capacity rows by it): each one a dtype the installed engine offers, int2 included,
+    and no two rows the same dtype."""
+    import aphrodite_int2kv
+    from aphrodite_int2kv.quality.engine_eval import engine_kv_dtypes
+    from aphrodite_int2kv.quality.schemes import engine_dtype_schemes
+
+    aphrodite_int2kv.register()
+    named = [s.engine_dtype for s in engine_dtype_schemes()]
+    assert len(set(named)) == len(named) and {"auto", "fp8", "int2"} <= set(named)
+    assert set(named) <= set(engine_kv_dtypes()), set(named) - set(engine_kv_dtypes())

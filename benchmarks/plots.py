@@ -254,14 +254,8 @@ def plot_dtypes(src, out):
     rows = [r for r in json.load(open(os.path.join(os.path.dirname(src), "dtype_capacity_cpu.json"))) if "kv_tokens" in r]
     bf16 = next(r["kv_tokens"] for r in rows if r["kv_cache_dtype"] == "auto")
     capacity = {r["kv_cache_dtype"]: r["kv_tokens"] / bf16 for r in rows}
-    def dtype(scheme):     # the harness's row names -> the engine's dtype names
-        if scheme.startswith("engine default"):
-            return "int2"
-        if scheme.startswith("fp8 e4m3"):
-            return "fp8"
-        return scheme.split(" ")[0]
-    points = [(dtype(r["scheme"]), capacity.get(dtype(r["scheme"])), 100 * r["late_rel_increase"])
-              for r in quality if r["text"] == "moby-dick" and r["scheme"] != "fp"]
+    points = [(r["kv_cache_dtype"], capacity.get(r["kv_cache_dtype"]), 100 * r["late_rel_increase"])
+              for r in quality if r["text"] == "moby-dick" and r["kv_cache_dtype"] != "auto"]
     points = [p for p in points if p[1]]
     W, H, left, bottom, top = 920, 420, 70, 50, 40
     lo, hi = math.log10(0.3), math.log10(40)

@@ -77,7 +77,8 @@ def evaluate(schemes, text="moby-dick", tokens=1024, windows=4, start=78003, pro
         rows.append(dict(scheme=scheme.name, bits_per_element=round(scheme.bits_per_element(cfg.head_dim, layers=cfg.n_layers), 3),
                          ppl=math.exp(torch.cat(nll_all).mean().item()),
                          late_ppl=math.exp(torch.cat(nll_late).mean().item()),
-                         tokens=sum(len(w) for w in wins), windows=len(wins), text=text))
+                         tokens=sum(len(w) for w in wins), windows=len(wins), text=text,
+                         **({"kv_cache_dtype": scheme.engine_dtype} if scheme.engine_dtype else {})))
     if progress:
         _progress(n, n, "done", t0)
         sys.stderr.write("\n")

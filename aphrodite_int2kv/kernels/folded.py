@@ -232,14 +232,6 @@ def _pv(acc, raw, pg, rows_in_group, G: tl.constexpr, W: tl.constexpr, DOT: tl.c
 
 
 @triton.jit
-def exact_float(x):
-    """int32 x, |x| < 2**22 -> fp32, exactly: x added into the mantissa of 1.5 * 2**23, read as a
-    float, minus 1.5 * 2**23 -- two full-rate instructions instead of I2F, a conversion the
-    multiprocessor issues at a quarter of the rate (a K dot is at most G * 48 * 127 < 2**20)."""
-    return (x + 0x4B400000).to(tl.float32, bitcast=True) - 12582912.0
-
-
-@triton.jit
 def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
                      kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask,
                      ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
@@ -285,9 +277,9 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q
         if FAST and lifted(g, W, G):
             ks = ks * 0.0625            # the codes came in as 16 * code (k_codes)
         if g == 0:
-            sT = ks[:, None] * exact_float(dg)
+            sT = ks[:, None] * dg.to(tl.float32)
         else:
-            sT = sT + ks[:, None] * exact_float(dg)
+            sT = sT + ks[:, None] * dg.to(tl.float32)
         sT = sT + column(k_zero, g, NG, N)[:, None] * column(qsums, g, NG, ROWS)[None, :]
     sT = tl.where(nmask[:, None], sT, float("-inf"))
 

@@ -39,6 +39,7 @@ class Scheme:
     v_bits: int = 0              # uniform codes over each value vector, fp16 scale and zero
     norm_correction: bool = False  # rescale the decoded unit key to norm 1 before un-rotating
     boundary: int = 0            # first and last N layers kept in full precision
+    engine_dtype: str = ""       # the engine's --kv-cache-dtype this row stands for (engine_dtype_schemes)
 
     def bits_per_element(self, head_dim: int, context: int = 32768, layers: int = 0) -> float:
         """Stored bits per K/V element, averaged over K and V, the window and (given `layers`) the
@@ -266,12 +267,12 @@ def engine_default_scheme(group_size: int = 32):
 def engine_dtype_schemes():
     """One row per KV-cache dtype aphrodite offers that this harness can rebuild, beside int2's
     default (`aphrodite-int2kv eval --schemes engine-dtypes`)."""
-    return [Scheme("fp", "fp"), Scheme("fp8 e4m3 per-head", "fp8"),
-            Scheme("int8_per_token_head (engine dtype, rebuilt)", "int8_pth"),
-            Scheme("fp8_per_token_head (engine dtype, rebuilt)", "fp8_pth"),
-            *(turboquant_preset(n) for n in ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
-                                             "turboquant_3bit_nc")),
-            engine_default_scheme()]
+    return [Scheme("fp", "fp", engine_dtype="auto"), Scheme("fp8 e4m3 per-head", "fp8", engine_dtype="fp8"),
+            Scheme("int8_per_token_head (engine dtype, rebuilt)", "int8_pth", engine_dtype="int8_per_token_head"),
+            Scheme("fp8_per_token_head (engine dtype, rebuilt)", "fp8_pth", engine_dtype="fp8_per_token_head"),
+            *(dataclasses.replace(turboquant_preset(n), engine_dtype=n)
+              for n in ("turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc", "turboquant_3bit_nc")),
+            dataclasses.replace(engine_default_scheme(), engine_dtype="int2")]
 
 
 def standard_schemes():

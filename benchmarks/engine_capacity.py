@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""KV capacity by the engine's own arithmetic (CPU, real aphrodite): the KV specs the attention
+layers would hand over, sized by the engine's `get_kv_cache_configs` +
+`get_max_concurrency_for_kv_cache_config` (the numbers its "GPU KV cache size" line prints),
+against bf16 at the same KV memory. Rows of the installed engine version replace that version's
+rows in --out; run it with each engine's venv (.ci/venv.sh).
+
+  python benchmarks/engine_capacity.py dtypes    # -> benchmarks/results/dtype_capacity_cpu.json
+  python benchmarks/engine_capacity.py window    # -> benchmarks/results/window_capacity_cpu.json
+
+dtypes: every KV-cache dtype the engine offers, dense Qwen3-8B shapes (36 layers, 32 q / 8 KV
+heads, head_dim 128): TurboQuant with its boundary layers in bf16, int2 with its pages and
+recent-window companions from our real layers. Engines with the shape-based KV API (0.21-0.23: a
+spec's dtype and quant mode give its page) only; from 0.24 each attention backend packs its own
+pages (customize_spec), which this does not rebuild. A dtype the engine cannot size is a row
+with its error.
+
+window: int2 with the recent window (R = 128, 256; max_num_batched_tokens 2048, 16384), 32 q / 8 KV
+heads, head_dim 128, int2 block 128, the default group size. `budget=ours` is Int2WindowManager's
+budget (two windows and a hit point per step in flight); `budget=engine` swaps in the engine's own
+SlidingWindowSpec (window + a prefill chunk of max_num_batched_tokens per request).
+"""
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import sys
+import tempfile
+
+os.environ.setdefault("APHRODITE_TARGET_DEVICE", "cpu")
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # the test helpers build int2 layers
+
+LAYERS, HEADS, KV_HEADS, HEAD_DIM = 36, 32, 8, 128
+OUT = {"dtypes": "benchmarks/results/dtype_capacity_cpu.json", "window": "benchmarks/results/window_capacity_cpu.json"}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=sorted(OUT))
+    ap.add_argument("--out", help="default: " + ", ".join(f"{k}: {v}" for k, v in OUT.items()))
+    ap.add_argument("--context", type=int, default=32768)
+    ap.add_argument("--kv-gib", type=float, help="KV-cache memory every row gets (default: dtypes 64, window 8)")
+    a = ap.parse_args()
+    engine = Engine(a.context, int((a.kv_gib or (64.0 if a.what == "dtypes" else 8.0)) * (1 << 30)))
+    rows = dtype_rows(engine, a.kv_gib or 64.0) if a.what == "dtypes" else window_rows(engine)
+    out = a.out or OUT[a.what]
+    old = json.load(open(out)) if os.path.exists(out) else []
+    old = [r for r in old if r.get("engine") not in (None, engine.name)]
+    json.dump(old + rows, open(out, "w"), indent=1)
+
+
+class Engine:
+    """The real engine on the CPU, the plugin registered, and its capacity arithmetic."""
+
+    def __init__(self, context: int, kv_bytes: int):
+        import aphrodite.platforms as platforms
+
+        if type(platforms.current_platform).__name__ == "UnspecifiedPlatform":
+            from aphrodite.platforms.cpu import CpuPlatform
+
+            platforms._current_platform = CpuPlatform()
+        import aphrodite_int2kv
+        aphrodite_int2kv.register()
+        from aphrodite import __version__
+
+        self.context, self.kv_bytes, self.name = context, kv_bytes, f"aphrodite-engine {__version__}"
+
+    def config(self, model, **kw):
+        from aphrodite.engine.arg_utils import EngineArgs
+
+        return EngineArgs(model=model, max_model_len=self.context, skip_tokenizer_init=True, **kw).create_engine_config()
+
+    def int2_config(self, model, layers, **kw):
+        """An int2 engine config with `layers` of our real attention layers built in it (pages of 128)."""
+        import aphrodite_int2kv_tests.test_engine_int2 as T
+
+        cfg = self.config(model, kv_cache_dtype="int2", **kw)
+        cfg.cache_config.block_size = 128
+        T._build_int2_layers(cfg, layers)
+        return cfg
+
+    def tokens(self, cfg, specs) -> float:
+        """Tokens the engine's KV-cache config holds for these layer specs in kv_bytes."""
+        import aphrodite_int2kv_tests.test_engine_int2 as T
+        from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
+
+        T._resolve_layout(cfg)
+        (conf,) = get_kv_cache_configs(cfg, [specs], [self.kv_bytes])
+        return get_max_concurrency_for_kv_cache_config(cfg, conf) * self.context
+
+
+def dtype_rows(engine: Engine, kv_gib: float) -> list[dict]:
+    import torch
+    from aphrodite.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, get_kv_quant_mode
+
+    import aphrodite_int2kv_tests.test_engine_int2 as T
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
+    from aphrodite_int2kv.quality.engine_eval import engine_kv_dtypes
+
+    if not shape_based_kv_api():
+        sys.exit(f"engine_capacity.py dtypes: {engine.name} lets each attention backend pack its pages "
+                 "(customize_spec); this sizes the shape-based specs of 0.21-0.23 only: run it in a "
+                 "0.21-0.23 environment (.ci/venv.sh 0.21.0)")
+    model = T._heads_dir(pathlib.Path(tempfile.mkdtemp()), HEADS, KV_HEADS, HEAD_DIM, max_positions=engine.context)
+    names = [f"model.layers.{i}.self_attn.attn" for i in range(LAYERS)]
+
+    def full_specs(kv, block=16):
+        dtype = torch.bfloat16 if kv == "auto" else STR_DTYPE_TO_TORCH_DTYPE[kv]
+        return {n: FullAttentionSpec(block_size=block, num_kv_heads=KV_HEADS, head_size=HEAD_DIM,
+                                     head_size_v=HEAD_DIM, dtype=dtype, kv_quant_mode=get_kv_quant_mode(kv))
+                for n in names}
+
+    def turboquant_specs(kv):
+        from aphrodite.model_executor.layers.quantization.turboquant.config import TurboQuantConfig
+        from aphrodite.v1.kv_cache_interface import TQFullAttentionSpec
+
+        try:
+            boundary = TurboQuantConfig.get_boundary_skip_layers(LAYERS)
+        except AttributeError:    # 0.24 takes the model config
+            boundary = TurboQuantConfig.get_boundary_skip_layers(engine.config(model).model_config)
+        tq = TurboQuantConfig.from_cache_dtype(kv, HEAD_DIM)
+        bf16 = full_specs("auto")
+        return {n: bf16[n] if str(i) in boundary else
+                TQFullAttentionSpec(block_size=16, num_kv_heads=KV_HEADS, head_size=HEAD_DIM, head_size_v=HEAD_DIM,
+                                    dtype=torch.uint8, tq_slot_size=tq.slot_size_aligned)
+                for i, n in enumerate(names)}, boundary
+
+    bf16_tokens = round(engine.tokens(engine.config(model), full_specs("auto")))
+    rows = []
+    for kv in engine_kv_dtypes():
+        row = dict(kv_cache_dtype=kv, model=f"dense8b shapes ({LAYERS} layers, {HEADS} q / {KV_HEADS} KV heads, "
+                   f"head_dim {HEAD_DIM})", context_len=engine.context, kv_gib=kv_gib, engine=engine.name,
+                   device="CPU (arithmetic only)")
+        try:
+            if kv == "int2":
+                cfg = engine.int2_config(model, LAYERS)
+                n = engine.tokens(cfg, T._engine_specs(cfg))
+                row["note"] = "the engine default: G64 pages of 128 tokens and the 128-token bf16 recent window"
+            elif kv.startswith("turboquant_"):
+                specs, boundary = turboquant_specs(kv)
+                n = engine.tokens(engine.config(model), specs)
+                row["note"] = f"layers {', '.join(boundary)} in bf16 (the engine's boundary protection)"
+            elif kv in STR_DTYPE_TO_TORCH_DTYPE or kv == "auto":
+                n = engine.tokens(engine.config(model), full_specs(kv))
+            else:
+                raise ValueError(f"no torch dtype for {kv!r} in the engine's STR_DTYPE_TO_TORCH_DTYPE")
+            n = round(n)
+            row.update(kv_tokens=n, vs_bf16=round(n / bf16_tokens, 3))
+        except Exception as exc:   # noqa: BLE001 - a dtype the arithmetic cannot size is a result
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        rows.append(row)
+        print(f"{kv:<24} {row.get('kv_tokens', row.get('error'))!s:>12} {row.get('vs_bf16', '')}", flush=True)
+    return rows
+
+
+def window_rows(engine: Engine) -> list[dict]:
+    import torch
+    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+
+    import aphrodite_int2kv_tests.test_engine_int2 as T
+    from aphrodite_int2kv.engine.options import options as aphrodite_int2kv_options
+
+    model = T._dense_long_dir(pathlib.Path(tempfile.mkdtemp()))
+    rows = []
+    for R in (128, 256):
+        os.environ["APHRODITE_INT2KV_RECENT_WINDOW"] = str(R)
+        for mnbt in (2048, 16384):
+            for budget in ("ours", "engine"):
+                cfg = engine.int2_config(model, 4, max_num_batched_tokens=mnbt)
+                specs = T._engine_specs(cfg)
+                if budget == "engine":
+                    base = {f.name for f in dataclasses.fields(SlidingWindowSpec)}
+                    specs = {n: (SlidingWindowSpec(**{k: getattr(s, k) for k in base})
+                                 if isinstance(s, SlidingWindowSpec) else s) for n, s in specs.items()}
+                bspecs = {n: FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
+                          for n in specs if not n.endswith(".int2_window")}
+                ratio = engine.tokens(cfg, specs) / engine.tokens(engine.config(model, max_num_batched_tokens=mnbt),
+                                                                  bspecs)
+                rows.append(dict(window=R, max_num_batched_tokens=mnbt, budget=budget, context_len=engine.context,
+                                 int2_block=128, group_size=aphrodite_int2kv_options().group_for(128),
+                                 ratio_vs_bf16=round(ratio, 3), engine=engine.name, device="CPU (arithmetic only)"))
+                print(rows[-1], flush=True)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
