@@ -287,6 +287,38 @@ def test_folded_decode_matches_reference(D, G, Hq, Hkv, BS, splits, table_ahead)
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("D,G,Hq,Hkv,block_h,tile_major", [
+    (128, 64, 32, 2, 16, False),    # ratio 16: one 16-row tile per KV head
+    (128, 32, 20, 1, 16, True),     # ratio 20: two 16-row tiles, 12 rows of the second masked
+    (128, 64, 48, 2, 32, False),    # ratio 24: one 32-row tile, 8 rows masked
+    (256, 64, 24, 1, 16, False),    # head_dim 256, ratio 24: two tiles of 16
+    (256, 32, 36, 2, 16, True)])    # groups narrower than a plane (G < W), ratio 18
+def test_folded_decode_with_the_query_rows_on_m(D, G, Hq, Hkv, block_h, tile_major):
+    """rows_on_m (folded.int2_tile_rows: query rows on the MMA's M, tokens on N and K) against the
+    reference, at ratios that are not multiples of the tile and with sinks."""
+    L = SlotLayout(D, G)
+    seq_lens = [150, 37, 1]
+    cache, bt, _ = paged_cache(L, seq_lens, Hkv, 16)
+    q = torch.randn(len(seq_lens), Hq, D, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    c = 2.0 * torch.randn(Hkv, D, device=DEVICE)
+    out = int2_decode(q, cache, bt, sl, L, D ** -0.5, 3, fold=True, block_h=block_h, rows_on_m=True, block_n=32,
+                      tile_major=tile_major, sinks=5, k_center=c, num_warps=2 if block_h >= 32 else 1)
+    ref = R.decode_reference(q, cache, bt, sl, L, D ** -0.5, sinks=5, k_center=c, folded=True)
+    torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("kw", [dict(fold=False), dict(block_h=8), dict(D=64)])
+def test_rows_on_m_refuses_what_it_cannot_run(kw):
+    D = kw.pop("D", 128)
+    L = SlotLayout(D, 32)
+    cache, bt, _ = paged_cache(L, [20], 1, 16)
+    q = torch.randn(1, 16, D, device=DEVICE)
+    sl = torch.tensor([20], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="rows_on_m needs the folded tile"):
+        int2_decode(q, cache, bt, sl, L, D ** -0.5, 1, **{"fold": True, **kw}, rows_on_m=True)
+
+
 @pytest.mark.parametrize("D,G,Hq,Hkv,block_h", [
     (128, 64, 24, 2, 8),     # ratio 12: two 8-row tiles per KV head, the second half masked
     (128, 64, 20, 1, 8),     # ratio 20: three 8-row tiles, 4 rows of the last one masked

@@ -74,8 +74,9 @@ def main():
     ap.add_argument("--merge", default="",
                     help="extra new-side launches with another merge: merge_split/merge_warps,... (int2_decode)")
     ap.add_argument("--tiles", default="",
-                    help="extra new-side launches with another head tile: block_h/num_warps/tile_major,... "
-                         "(tile_major 1: the head tiles of a KV head side by side in the grid; splits for "
+                    help="extra new-side launches with another head tile: block_h/num_warps/tile_major[/rows_on_m],... "
+                         "(tile_major 1: the head tiles of a KV head side by side in the grid; rows_on_m 1: the "
+                         "folded tile with the query rows on the MMA's M, folded.int2_tile_rows; splits for "
                          "programs_per_sm of that tile)")
     ap.add_argument("--head-major", action="store_true",
                     help="also time the new side on the same pages read heads first (pages_heads_first)")
@@ -134,14 +135,15 @@ def main():
                     sides.append((f"new/short{sn}/{su}", new.int2_decode, ncfg.num_splits,
                                   dict(ncfg.kwargs(), short_n=sn, short_units=su)))
                 for v in [v for v in args.tiles.split(",") if v]:
-                    bh, nw, tm = map(int, v.split("/"))
+                    bh, nw, tm, rows = (list(map(int, v.split("/"))) + [0])[:4]
                     tiles_per_group = math.ceil(Hq // Hkv / bh)
                     per_sm = new.programs_per_sm(D, bh, ncfg.fold)
                     splits = max(1, min(256, per_sm * sms // (B * Hkv * tiles_per_group), max(lens) // 256))
-                    kw = dict(ncfg.kwargs(), block_h=bh, num_warps=nw, tile_major=bool(tm))
+                    kw = dict(ncfg.kwargs(), block_h=bh, num_warps=nw, tile_major=bool(tm), rows_on_m=bool(rows))
                     if bh != ncfg.block_h:
                         kw["maxnreg"] = 168 if ncfg.fold and D == 128 and bh <= 8 else None
-                    sides.append((f"new/h{bh}/w{nw}/{'tm' if tm else 'pm'}", new.int2_decode, splits, kw))
+                    sides.append((f"new/h{bh}/w{nw}/{'tm' if tm else 'pm'}{'/rows' if rows else ''}", new.int2_decode,
+                                  splits, kw))
                 for v in [v for v in args.merge.split(",") if v]:
                     ms, mw = map(int, v.split("/"))
                     sides.append((f"new/merge{ms}/{mw}", new.int2_decode, ncfg.num_splits,

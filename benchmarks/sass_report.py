@@ -40,7 +40,7 @@ def compile_split(D=128, G=32, ratio=8, block_h=16, block_n=64, warps=2, block_s
     cx = dict(BLOCK_SIZE=block_size, D=D, G=G, RATIO=ratio, TILES=triton.cdiv(ratio, block_h), NUM_Q_HEADS=32,
               BLOCK_H=block_h, BLOCK_N=block_n, OFF_V=L.v_codes, OFF_KS=L.k_scale, OFF_KZ=L.k_zero,
               OFF_VS=L.v_scale, OFF_VZ=L.v_zero, LLOYD=bool(lloyd), L0=lv[0], L1=lv[1], L2=lv[2], L3=lv[3], DOT=tl.float16, FAST=True,
-              UPSTREAM_HEAD_MAP=False, FOLD=bool(int(os.environ.get("FOLD", "0"))),
+              UPSTREAM_HEAD_MAP=False, FOLD=int(os.environ.get("FOLD", "0")),   # 2: rows on M
               TABLE_AHEAD=bool(int(os.environ.get("TABLE_AHEAD", "0"))),
               ODD_SHIFT=int(os.environ.get("ODD_SHIFT", L.odd_shift)))   # kernel parameter order
     # short shares in tiles of SHORT_N (decode_launch_config's short_n; 0: none)

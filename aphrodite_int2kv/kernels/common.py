@@ -157,7 +157,7 @@ def load_slots(base_u8, base_f16, slot, nmask, W: tl.constexpr, NG: tl.constexpr
     bytes are then read unmasked -- codes are finite whatever the bytes, and the masked (zero)
     scales and zeros make a masked token's keys and values exactly 0.
     V_PAIRS: V's codes as [W/2, N] uint16 words (the folded tile's P.V operand, folded.py) instead
-    of [N, W] bytes. odd [N] (0/1): the tokens whose slots are rotated by ODD_SHIFT (odd page
+    of [N, W] bytes; 2: the same words as [N, W/2]. odd [N] (0/1): the tokens whose slots are rotated by ODD_SHIFT (odd page
     offsets, docs/format.md "odd slots"): their codes sit ODD_SHIFT bytes later, their metadata
     block at the slot's start."""
     tl.static_assert(OFF_KZ == OFF_KS + 2 * NG and OFF_VS == OFF_KZ + 2 * NG and OFF_VZ == OFF_VS + 2 * NG)
@@ -169,7 +169,13 @@ def load_slots(base_u8, base_f16, slot, nmask, W: tl.constexpr, NG: tl.constexpr
         kbytes = tl.load(base_u8 + slot[:, None] + cols[None, :], mask=nmask[:, None], other=0)
     else:
         kbytes = tl.load(base_u8 + slot[:, None] + cols[None, :])
-    if V_PAIRS:         # 16-bit words (slots and OFF_V are even), loaded transposed: [W/2, N]
+    if V_PAIRS == 2:    # 16-bit words as [N, W/2] (folded.int2_tile_rows' P.V operand)
+        words = (base_u8 + slot + OFF_V).to(tl.pointer_type(tl.uint16))[:, None] + tl.arange(0, W // 2)[None, :]
+        if MASK_CODES:
+            vbytes = tl.load(words, mask=nmask[:, None], other=0)
+        else:
+            vbytes = tl.load(words)
+    elif V_PAIRS:       # 16-bit words (slots and OFF_V are even), loaded transposed: [W/2, N]
         words = (base_u8 + slot + OFF_V).to(tl.pointer_type(tl.uint16))[None, :] + tl.arange(0, W // 2)[:, None]
         if MASK_CODES:
             vbytes = tl.load(words, mask=nmask[None, :], other=0)

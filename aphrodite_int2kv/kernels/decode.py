@@ -70,7 +70,7 @@ def _int2_decode_split_kernel(
     LLOYD: tl.constexpr, L0: tl.constexpr, L1: tl.constexpr, L2: tl.constexpr, L3: tl.constexpr,
     DOT: tl.constexpr, FAST: tl.constexpr,
     UPSTREAM_HEAD_MAP: tl.constexpr = False,     # test hook: aphrodite's buggy mapping, see below
-    FOLD: tl.constexpr = False,                  # the folded tile (folded.py): uniform levels
+    FOLD: tl.constexpr = False,                  # the folded tile (folded.py): uniform levels; 2: rows on M
     TABLE_AHEAD: tl.constexpr = False,           # block-table entries a tile ahead (common.py)
     ODD_SHIFT: tl.constexpr = 0,                 # SlotLayout.odd_shift (docs/format.md, "odd slots")
     PDL: tl.constexpr = False,                   # the merge is launched as a dependent grid (int2_decode)
@@ -175,9 +175,14 @@ def split_partial(q_ptr, stride_qb, stride_qh, batch, kv_head, q_head, hmask, st
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = folded_span(
             q0, q1, q2, q3, qscale, start, end, lo, page_first, table_row, head_off, stride_cb, stride_cs, cache_u8,
             cache_f16, BLOCK_SIZE, BLOCK_H, BLOCK_N, W, G, NG,
-            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
-        store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs,
-                            D, W, G, NG, FAST)
+            OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT, FOLD == 2)
+        if FOLD == 2:   # rows on M: the state as [ROWS, W/2] and [ROWS, NG]
+            store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, tl.trans(e0), tl.trans(o0),
+                                tl.trans(e1), tl.trans(o1), tl.trans(e2), tl.trans(o2), tl.trans(e3), tl.trans(o3),
+                                tl.trans(zs), D, W, G, NG, FAST)
+        else:
+            store_partial_pairs(part_out_ptr, part_lse_ptr, row, hmask, m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3,
+                                zs, D, W, G, NG, FAST)
     else:
         q0, q1, q2, q3 = query_planes(q_ptr, batch, stride_qb, q_head, stride_qh, hmask, W, DOT)
         m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_H, W)
@@ -453,13 +458,15 @@ class DecodeLaunch:
     merge_split: int = 1     # merge programs per query row (int2_decode)
     merge_warps: int = 4
     tile_major: bool = False  # head tiles of a KV head side by side in the grid (int2_decode)
+    rows_on_m: bool = False   # the folded tile with the query rows on the MMA's M (folded.int2_tile_rows)
 
     def kwargs(self) -> dict:
         """int2_decode's launch arguments (all but num_splits), the tile included."""
         return dict(block_n=self.block_n, num_warps=self.num_warps, num_stages=self.num_stages,
                     block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold, maxnreg=self.maxnreg,
                     chain_tail=self.chain_tail, short_n=self.short_n, short_units=self.short_units,
-                    merge_split=self.merge_split, merge_warps=self.merge_warps, tile_major=self.tile_major)
+                    merge_split=self.merge_split, merge_warps=self.merge_warps, tile_major=self.tile_major,
+                    rows_on_m=self.rows_on_m)
 
 
 # The split tile's registers per thread (benchmarks/sass_report.py; the ahead-of-time check, aot.py,
@@ -636,7 +643,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 k_center: torch.Tensor | None = None, sinks: int = 0, window=None, maxnreg: int | None = None,
                 _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
                 chain_tail: bool = False, short_n: int = 0, short_units: int = 0,
-                merge_split: int = 1, merge_warps: int = 4, tile_major: bool = False,
+                merge_split: int = 1, merge_warps: int = 4, tile_major: bool = False, rows_on_m: bool = False,
                 limits: DeviceLimits | None = None) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
@@ -681,6 +688,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     if merge_split < 1 or merge_split & (merge_split - 1) or D % merge_split or D // merge_split < 16:
         raise ValueError(f"int2 decode: merge_split={merge_split} with head_dim {D}: a power of two with "
                          "head_dim / merge_split >= 16 (1: one merge program per query row)")
+    if rows_on_m and not (fold and D >= 128 and (block_h or block_h_for(Hq // Hkv, D)) >= 16):
+        raise ValueError(f"int2 decode: rows_on_m needs the folded tile (fold=True), head_dim >= 128 and head "
+                         f"tiles of >= 16 rows (the tensor cores' M); got fold={fold}, head_dim {D}, block_h {block_h}")
     if fold and lloyd_max:
         raise ValueError("int2 decode: the folded tile (fold=True) needs uniform levels; Lloyd-Max "
                          "codes are dequantized per code (fold=False)")
@@ -735,7 +745,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     _int2_decode_split_kernel[split_grid](
         q_rot, q_rot.stride(0), q_rot.stride(1), *cache_args, seq_lens,
         part_out, part_lse, sm_scale * LOG2E, num_programs, num_slots, B, int(sinks), window_len,
-        BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=bool(fold),
+        BLOCK_N=block_n, UPSTREAM_HEAD_MAP=_upstream_head_map, FOLD=2 if rows_on_m else bool(fold),
         TABLE_AHEAD=bool(table_ahead), PDL=pdl, AFTER_TAIL=chain, SHORT_N=short_n, SHORT_UNITS=short_units,
         TILE_MAJOR=bool(tile_major) and not _upstream_head_map, **heads,
         num_warps=num_warps, **({} if num_stages is None else {"num_stages": num_stages}),

@@ -330,26 +330,129 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q
 
 
 @triton.jit
+def empty_rows(ROWS: tl.constexpr, W: tl.constexpr, NG: tl.constexpr):
+    """empty_pairs for int2_tile_rows: eight zero accumulators [ROWS, W/2] and zs [ROWS, NG]."""
+    z = tl.zeros([ROWS, W // 2], tl.float32)
+    return (tl.full([ROWS], float("-inf"), tl.float32), tl.zeros([ROWS], tl.float32), z, z, z, z, z, z, z, z,
+            tl.zeros([ROWS, NG], tl.float32))
+
+
+@triton.jit
+def _pv_rows(acc, pg, raw, cols_in_group, G: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
+    """acc [ROWS, W/2] += pg [ROWS, N] . raw [N, W/2] on the columns in the group."""
+    if G < W:
+        return acc + tl.where(cols_in_group[None, :], tl.dot(pg, raw.to(DOT)), 0.0)
+    else:
+        return tl.dot(pg, raw.to(DOT), acc)
+
+
+@triton.jit
+def int2_tile_rows(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
+                   kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask,
+                   ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
+                   DOT: tl.constexpr, FAST: tl.constexpr):
+    """int2_tile_folded (vwords here [N, W/2]: load_tile V_PAIRS=2) with the query rows on the MMA's M side and the tokens on N and K, for
+    tiles of >= 16 rows (head_dim >= 128: the P.V product's N is W/2 >= 16):
+
+        scores  s [ROWS, N]    = q plane [ROWS, W] . K codes^T [W, N]         (per plane and group)
+        output  acc [ROWS, W/2] = (p * V scale) [ROWS, N] . V codes [N, W/2]   (even / odd columns)
+
+    The scores' accumulator is then laid out as the P.V product's A operand wants it (rows and
+    token pairs in the same threads, as in FlashAttention), so p goes from one MMA to the next
+    without a shuffle, and the softmax reduces over tokens inside groups of four threads. The same
+    numbers as int2_tile_folded, the state transposed: accumulators [ROWS, W/2], zs [ROWS, NG]."""
+    k_scale = k_scale.to(tl.float32)
+    k_zero = k_zero.to(tl.float32)
+    kcols = tl.arange(0, W)
+    s = tl.zeros([ROWS, N], tl.float32)
+    for g in tl.static_range(NG):
+        dg = tl.zeros([ROWS, N], tl.int32)
+        for P in tl.static_range(4):
+            if _overlaps(P, g, W, G):
+                qp = _pick(P, q0, q1, q2, q3)
+                if G < W:
+                    qp = tl.where(_in_group(P * W + kcols, g, G)[None, :], qp, 0)
+                dg = tl.dot(qp, tl.trans(k_codes(kbytes, P, g, W, G, FAST)), dg, out_dtype=tl.int32)
+        ks = column(k_scale, g, NG, N)
+        if FAST and lifted(g, W, G):
+            ks = ks * 0.0625            # the codes came in as 16 * code (k_codes)
+        if g == 0:
+            s = ks[None, :] * dg.to(tl.float32)
+        else:
+            s = s + ks[None, :] * dg.to(tl.float32)
+        s = s + column(qsums, g, NG, ROWS)[:, None] * column(k_zero, g, NG, N)[None, :]
+    s = tl.where(nmask[None, :], s, float("-inf"))
+
+    m_new = tl.maximum(m_i, qscale * tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp2(m_i - m_safe)
+    p = tl.exp2(s * qscale[:, None] - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    zs = zs * alpha[:, None]
+    e0 = e0 * alpha[:, None]
+    o0 = o0 * alpha[:, None]
+    e1 = e1 * alpha[:, None]
+    o1 = o1 * alpha[:, None]
+    e2 = e2 * alpha[:, None]
+    o2 = o2 * alpha[:, None]
+    e3 = e3 * alpha[:, None]
+    o3 = o3 * alpha[:, None]
+
+    p16 = p.to(DOT)
+    zs = tl.dot(p16, v_zero.to(DOT), zs)                                # [ROWS, NG]: sum_t p vz_g
+    half = 2 * tl.arange(0, W // 2)
+    for g in tl.static_range(NG):
+        pg = p16 * column(v_scale, g, NG, N).to(DOT)[None, :]           # [ROWS, N]
+        for P in tl.static_range(4):
+            if _overlaps(P, g, W, G):
+                ev, od = raw_v_pairs(vwords, P, FAST)   # [N, W/2] each
+                even_in = _in_group(P * W + half, g, G)
+                odd_in = _in_group(P * W + half + 1, g, G)
+                if P == 0:
+                    e0 = _pv_rows(e0, pg, ev, even_in, G, W, DOT)
+                    o0 = _pv_rows(o0, pg, od, odd_in, G, W, DOT)
+                elif P == 1:
+                    e1 = _pv_rows(e1, pg, ev, even_in, G, W, DOT)
+                    o1 = _pv_rows(o1, pg, od, odd_in, G, W, DOT)
+                elif P == 2:
+                    e2 = _pv_rows(e2, pg, ev, even_in, G, W, DOT)
+                    o2 = _pv_rows(o2, pg, od, odd_in, G, W, DOT)
+                else:
+                    e3 = _pv_rows(e3, pg, ev, even_in, G, W, DOT)
+                    o3 = _pv_rows(o3, pg, od, odd_in, G, W, DOT)
+    return m_new, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
+
+
+@triton.jit
 def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, head_off, stride_cb, stride_cs,
                 cache_u8, cache_f16, BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
                 G: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
                 OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
-                TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr = 0):
+                TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr = 0, ROWS_ON_M: tl.constexpr = False):
     """Positions [max(lo, first), hi) of one sequence with the folded tile, N at a time from lo (a
     multiple of N); arguments as common.int2_span's, but the query as query_codes gives it (int8
     planes and qscale, softmax scale * log2(e) included) and the first tile's block-table entries
     as common.next_page gives them (the caller loads them before the query, so that the two
-    loads' latencies overlap). Returns the folded state (empty_pairs)."""
+    loads' latencies overlap). Returns the folded state (empty_pairs), or with ROWS_ON_M
+    int2_tile_rows' in place of int2_tile_folded's (empty_rows: store_partial_pairs takes it transposed)."""
     qsums = query_sums(q0, q1, q2, q3, ROWS, W, G, NG)
-    m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_pairs(ROWS, W, NG)
+    if ROWS_ON_M:
+        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_rows(ROWS, W, NG)
+    else:
+        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_pairs(ROWS, W, NG)
     ar = tl.arange(0, N)
     for n0 in range(lo, hi, N):
         nmask, page_next, kbytes, vwords, k_scale, k_zero, v_scale, v_zero = load_tile(
             n0, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
-            BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, True, ODD_SHIFT)
-        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_folded(
-            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
-            kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
+            BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, 2 if ROWS_ON_M else 1, ODD_SHIFT)
+        if ROWS_ON_M:
+            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_rows(
+                m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
+                kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
+        else:
+            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_folded(
+                m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
+                kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
     return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
 
 
