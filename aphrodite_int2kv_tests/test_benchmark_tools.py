@@ -237,3 +237,31 @@ def test_window_capacity_gives_our_budget_more_tokens_than_the_engines(engine, t
         if budget == "ours":
             assert ratio >= by[(R, mnbt, "engine")], (R, mnbt)
     assert by[(128, 16384, "ours")] > by[(128, 16384, "engine")]     # the engine budgets a whole chunk per request
+
+
+def test_hybrid_capacity_of_every_engine_dtype_by_the_engines_arithmetic(engine, tmp_path):
+    """benchmarks/engine_capacity.py dtypes --model hybrid27b: the engine refuses TurboQuant on a
+    hybrid (its own NotImplementedError, a row's error); every other dtype is sized with its
+    attention page raised to the Gated DeltaNet state page, so capacity follows the attention
+    bytes per token only roughly (fp8 below 2x), and int2 keeps >= 4.9x."""
+    import json
+    import pathlib
+    import subprocess
+    import sys
+
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    out = tmp_path / "cap.json"
+    res = subprocess.run([sys.executable, "benchmarks/engine_capacity.py", "dtypes", "--model", "hybrid27b",
+                          "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=600)
+    if not shape_based_kv_api():
+        assert res.returncode != 0 and "customize_spec" in res.stderr
+        return
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = {r["kv_cache_dtype"]: r for r in json.load(open(out))}
+    tq = [k for k in rows if k.startswith("turboquant_")]
+    assert tq and all("not supported for hybrid" in rows[k]["error"] for k in tq)
+    assert rows["auto"]["attention_block_size"] == 400          # the H200 engine's bf16 page on this model
+    assert rows["int2"]["attention_block_size"] == 2560 and rows["int2"]["vs_bf16"] >= 4.9
+    assert 1.85 < rows["fp8"]["vs_bf16"] < 2.0

@@ -10,7 +10,11 @@ rows in --out; run it with each engine's venv (.ci/venv.sh).
 
 dtypes: every KV-cache dtype the engine offers, dense Qwen3-8B shapes (36 layers, 32 q / 8 KV
 heads, head_dim 128): TurboQuant with its boundary layers in bf16, int2 with its pages and
-recent-window companions from our real layers. Engines with the shape-based KV API (0.21-0.23: a
+recent-window companions from our real layers. `--model hybrid27b`: the Qwen3.5-27B-shaped hybrid
+(64 layers: 16 full attention with 24 q / 4 KV heads of 256, 48 Gated DeltaNet with 16 key / 48
+value heads of 128), as a Qwen3-Next config: the attention page raised to the GDN state page by
+the engine's own _align_hybrid_block_size (Triton's block alignment; int2's backend for int2), the
+GDN states (the engine's own shapes) padded to it, prefix caching off as in the H200 runs. Engines with the shape-based KV API (0.21-0.23: a
 spec's dtype and quant mode give its page) only; from 0.24 each attention backend packs its own
 pages (customize_spec), which this does not rebuild. A dtype the engine cannot size is a row
 with its error.
@@ -40,13 +44,22 @@ def main():
     ap.add_argument("what", choices=sorted(OUT))
     ap.add_argument("--out", help="default: " + ", ".join(f"{k}: {v}" for k, v in OUT.items()))
     ap.add_argument("--context", type=int, default=32768)
+    ap.add_argument("--model", default="dense8b", choices=("dense8b", "hybrid27b"), help="dtypes: the model shapes")
     ap.add_argument("--kv-gib", type=float, help="KV-cache memory every row gets (default: dtypes 64, window 8)")
     a = ap.parse_args()
     engine = Engine(a.context, int((a.kv_gib or (64.0 if a.what == "dtypes" else 8.0)) * (1 << 30)))
-    rows = dtype_rows(engine, a.kv_gib or 64.0) if a.what == "dtypes" else window_rows(engine)
+    if a.what == "window":
+        rows = window_rows(engine)
+    elif a.model == "hybrid27b":
+        rows = hybrid_dtype_rows(engine, a.kv_gib or 64.0)
+    else:
+        rows = dtype_rows(engine, a.kv_gib or 64.0)
     out = a.out or OUT[a.what]
     old = json.load(open(out)) if os.path.exists(out) else []
-    old = [r for r in old if r.get("engine") not in (None, engine.name)]
+    # this run's rows replace those of the same engine version, model and context
+    same = {(r["engine"], r.get("model", "")[:8], r.get("context_len")) for r in rows}
+    old = [r for r in old if r.get("engine") is not None
+           and (r["engine"], r.get("model", "")[:8], r.get("context_len")) not in same]
     json.dump(old + rows, open(out, "w"), indent=1)
 
 
@@ -149,6 +162,83 @@ def dtype_rows(engine: Engine, kv_gib: float) -> list[dict]:
             n = round(n)
             row.update(kv_tokens=n, vs_bf16=round(n / bf16_tokens, 3))
         except Exception as exc:   # noqa: BLE001 - a dtype the arithmetic cannot size is a result
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        rows.append(row)
+        print(f"{kv:<24} {row.get('kv_tokens', row.get('error'))!s:>12} {row.get('vs_bf16', '')}", flush=True)
+    return rows
+
+
+HYBRID_LAYERS, HYBRID_ATTN, HYBRID_HEADS, HYBRID_KV_HEADS, HYBRID_HEAD_DIM = 64, 16, 24, 4, 256
+
+
+def hybrid_dir(path: pathlib.Path, context: int) -> str:
+    """A Qwen3-Next config with hybrid27b's attention and Gated DeltaNet shapes (the KV cache does
+    not depend on the hidden size or the experts, kept small)."""
+    from transformers import Qwen3NextConfig
+
+    Qwen3NextConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=HYBRID_LAYERS,
+                    num_attention_heads=HYBRID_HEADS, num_key_value_heads=HYBRID_KV_HEADS, head_dim=HYBRID_HEAD_DIM,
+                    linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
+                    linear_num_key_heads=16, linear_num_value_heads=48, num_experts=4, num_experts_per_tok=2,
+                    moe_intermediate_size=64, shared_expert_intermediate_size=64, decoder_sparse_step=1,
+                    mlp_only_layers=[], layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 16,
+                    max_position_embeddings=max(context, 4096), torch_dtype="bfloat16").save_pretrained(path)
+    return str(path)
+
+
+def hybrid_dtype_rows(engine: Engine, kv_gib: float) -> list[dict]:
+    import torch
+    from aphrodite.model_executor.models import ModelRegistry
+    from aphrodite.platforms.interface import Platform
+    from aphrodite.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+    from aphrodite.v1.attention.backends.triton_attn import TritonAttentionBackend
+    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, get_kv_quant_mode
+
+    import aphrodite_int2kv_tests.test_engine_int2 as T
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
+    from aphrodite_int2kv.quality.engine_eval import engine_kv_dtypes
+
+    if not shape_based_kv_api():
+        sys.exit(f"engine_capacity.py dtypes: {engine.name} lets each attention backend pack its pages "
+                 "(customize_spec); run it in a 0.21-0.23 environment (.ci/venv.sh 0.21.0)")
+    model = hybrid_dir(pathlib.Path(tempfile.mkdtemp()), engine.context)
+
+    def specs_of(kv):
+        cfg = engine.config(model, enable_prefix_caching=False, **({} if kv == "auto" else {"kv_cache_dtype": kv}))
+        cfg.cache_config.block_size = 16        # the CUDA platform's default, which the alignment starts from
+        Platform._align_hybrid_block_size(cfg, Int2AttentionBackend if kv == "int2" else TritonAttentionBackend)
+        cc = cfg.cache_config
+        if kv == "int2":
+            T._build_int2_layers(cfg, HYBRID_ATTN)
+            attn = T._engine_specs(cfg)
+        else:
+            dtype = torch.bfloat16 if kv == "auto" else STR_DTYPE_TO_TORCH_DTYPE[kv]
+            attn = {f"model.layers.{4 * i + 3}.self_attn.attn": FullAttentionSpec(
+                block_size=cc.block_size, num_kv_heads=HYBRID_KV_HEADS, head_size=HYBRID_HEAD_DIM,
+                head_size_v=HYBRID_HEAD_DIM, dtype=dtype, kv_quant_mode=get_kv_quant_mode(kv))
+                for i in range(HYBRID_ATTN)}
+        model_cls, _ = ModelRegistry.resolve_model_cls(cfg.model_config.architecture, model_config=cfg.model_config)
+        gdn = MambaSpec(block_size=engine.context, shapes=model_cls.get_mamba_state_shape_from_config(cfg),
+                        dtypes=model_cls.get_mamba_state_dtype_from_config(cfg),
+                        page_size_padded=cc.mamba_page_size_padded)
+        specs = dict(attn, **{f"model.layers.{4 * i + j}.linear_attn": gdn for i in range(16) for j in range(3)})
+        return cfg, specs, cc.block_size
+
+    cfg, specs, _ = specs_of("auto")
+    bf16_tokens = round(engine.tokens(cfg, specs))
+    rows = []
+    for kv in engine_kv_dtypes():
+        row = dict(kv_cache_dtype=kv, model=f"hybrid27b shapes ({HYBRID_LAYERS} layers: {HYBRID_ATTN} full attention with "
+                   f"{HYBRID_HEADS} q / {HYBRID_KV_HEADS} KV heads of {HYBRID_HEAD_DIM}, 48 Gated DeltaNet)",
+                   context_len=engine.context, kv_gib=kv_gib, engine=engine.name, device="CPU (arithmetic only)")
+        try:
+            cfg, specs, block = specs_of(kv)
+            n = round(engine.tokens(cfg, specs))
+            row.update(kv_tokens=n, vs_bf16=round(n / bf16_tokens, 3), attention_block_size=block)
+            if kv == "int2":
+                row["note"] = "the engine default: int2 pages, the recent window's companions, prefix caching off"
+        except Exception as exc:   # noqa: BLE001 - a dtype the engine refuses for hybrids is a result
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         rows.append(row)
         print(f"{kv:<24} {row.get('kv_tokens', row.get('error'))!s:>12} {row.get('vs_bf16', '')}", flush=True)
