@@ -672,6 +672,11 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     (decode_launch_config says when).
     `merge_split`: the merge's programs per query row, each merging D / merge_split columns (a
     power of two, D / merge_split >= 16), with `merge_warps` warps.
+    `tile_major`: the split grid as (head tiles, programs, KV heads), so that the head tiles of one
+    KV head and share run side by side and read its pages from L2 (decode_launch_config does not
+    pick it: measured, benchmarks/results/decode_tiles_ab_d128_h200.json).
+    `rows_on_m`: the folded tile with the query rows on the MMA's M (folded.int2_tile_rows; head
+    tiles of >= 16 rows, head_dim >= 128), not picked by decode_launch_config until timed.
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
     per sequence) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """

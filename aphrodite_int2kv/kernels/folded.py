@@ -27,6 +27,10 @@ code * 2**(2P - 24), exact, which the tensor cores multiply like any fp16 (no of
 no conversion); the power of two is undone once per program (plane_unit), and so is the zero
 term, summed as one dot per tile (zs). Under TRITON_INTERPRET (no inline assembly) the codes come
 from shifts and masks, plane_unit is 1 and no plane is lifted (k_codes).
+
+int2_tile_rows is the same tile turned around for >= 16 query rows (int2_decode rows_on_m, opt-in
+until timed on a GPU): query rows on the MMA's M side, tokens on N (scores) and K (P.V), so that
+p passes from one MMA to the next in registers (docs/benchmarks.md, "Many query heads per KV head").
 """
 
 import triton
