@@ -297,40 +297,53 @@ def int2_tile_folded(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q
     alpha = tl.exp2(m_i - m_safe)
     pT = tl.exp2(sT * qscale[None, :] - m_safe[None, :])
     l_i = l_i * alpha + tl.sum(pT, axis=0)
-    zs = zs * alpha[None, :]
-    e0 = e0 * alpha[None, :]
-    o0 = o0 * alpha[None, :]
-    e1 = e1 * alpha[None, :]
-    o1 = o1 * alpha[None, :]
-    e2 = e2 * alpha[None, :]
-    o2 = o2 * alpha[None, :]
-    e3 = e3 * alpha[None, :]
-    o3 = o3 * alpha[None, :]
+    a = alpha[None, :]
+    zs = zs * a
+    e0, o0, e1, o1, e2, o2, e3, o3 = e0 * a, o0 * a, e1 * a, o1 * a, e2 * a, o2 * a, e3 * a, o3 * a
 
     # --- P.V, transposed: per group, P scaled by its V scales; per plane, even and odd columns
     p16 = pT.to(DOT)
     zs = tl.dot(tl.trans(v_zero.to(DOT)), p16, zs)                     # [NG, ROWS]: sum_t p vz_g
-    half = 2 * tl.arange(0, W // 2)                                     # even column of each row
     for g in tl.static_range(NG):
         pg = p16 * column(v_scale, g, NG, N).to(DOT)[:, None]           # [N, ROWS]
-        for P in tl.static_range(4):
-            if _overlaps(P, g, W, G):
-                ev, od = raw_v_pairs(vwords, P, FAST)
-                even_in = _in_group(P * W + half, g, G)
-                odd_in = _in_group(P * W + half + 1, g, G)
-                if P == 0:
-                    e0 = _pv(e0, ev, pg, even_in, G, W, DOT)
-                    o0 = _pv(o0, od, pg, odd_in, G, W, DOT)
-                elif P == 1:
-                    e1 = _pv(e1, ev, pg, even_in, G, W, DOT)
-                    o1 = _pv(o1, od, pg, odd_in, G, W, DOT)
-                elif P == 2:
-                    e2 = _pv(e2, ev, pg, even_in, G, W, DOT)
-                    o2 = _pv(o2, od, pg, odd_in, G, W, DOT)
-                else:
-                    e3 = _pv(e3, ev, pg, even_in, G, W, DOT)
-                    o3 = _pv(o3, od, pg, odd_in, G, W, DOT)
+        e0, o0, e1, o1, e2, o2, e3, o3 = pv_planes(e0, o0, e1, o1, e2, o2, e3, o3, pg, vwords, g, W, G, DOT,
+                                                   FAST, False)
     return m_new, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
+
+
+@triton.jit
+def pv_planes(e0, o0, e1, o1, e2, o2, e3, o3, pg, vwords, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr,
+              DOT: tl.constexpr, FAST: tl.constexpr, ROWS_ON_M: tl.constexpr):
+    """Group g's share of P.V into the even / odd accumulators of the planes it lies in:
+    raw [W/2, N] . pg [N, ROWS] (int2_tile_folded), or with ROWS_ON_M pg [ROWS, N] . raw [N, W/2]
+    (int2_tile_rows; vwords then [N, W/2])."""
+    half = 2 * tl.arange(0, W // 2)                                     # even column of each row
+    for P in tl.static_range(4):
+        if _overlaps(P, g, W, G):
+            ev, od = raw_v_pairs(vwords, P, FAST)
+            even_in = _in_group(P * W + half, g, G)
+            odd_in = _in_group(P * W + half + 1, g, G)
+            if P == 0:
+                e0 = _pv_any(e0, ev, pg, even_in, G, W, DOT, ROWS_ON_M)
+                o0 = _pv_any(o0, od, pg, odd_in, G, W, DOT, ROWS_ON_M)
+            elif P == 1:
+                e1 = _pv_any(e1, ev, pg, even_in, G, W, DOT, ROWS_ON_M)
+                o1 = _pv_any(o1, od, pg, odd_in, G, W, DOT, ROWS_ON_M)
+            elif P == 2:
+                e2 = _pv_any(e2, ev, pg, even_in, G, W, DOT, ROWS_ON_M)
+                o2 = _pv_any(o2, od, pg, odd_in, G, W, DOT, ROWS_ON_M)
+            else:
+                e3 = _pv_any(e3, ev, pg, even_in, G, W, DOT, ROWS_ON_M)
+                o3 = _pv_any(o3, od, pg, odd_in, G, W, DOT, ROWS_ON_M)
+    return e0, o0, e1, o1, e2, o2, e3, o3
+
+
+@triton.jit
+def _pv_any(acc, raw, pg, in_group, G: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr, ROWS_ON_M: tl.constexpr):
+    if ROWS_ON_M:
+        return _pv_rows(acc, pg, raw, in_group, G, W, DOT)
+    else:
+        return _pv(acc, raw, pg, in_group, G, W, DOT)
 
 
 @triton.jit
@@ -392,38 +405,16 @@ def int2_tile_rows(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3,
     alpha = tl.exp2(m_i - m_safe)
     p = tl.exp2(s * qscale[:, None] - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
-    zs = zs * alpha[:, None]
-    e0 = e0 * alpha[:, None]
-    o0 = o0 * alpha[:, None]
-    e1 = e1 * alpha[:, None]
-    o1 = o1 * alpha[:, None]
-    e2 = e2 * alpha[:, None]
-    o2 = o2 * alpha[:, None]
-    e3 = e3 * alpha[:, None]
-    o3 = o3 * alpha[:, None]
+    a = alpha[:, None]
+    zs = zs * a
+    e0, o0, e1, o1, e2, o2, e3, o3 = e0 * a, o0 * a, e1 * a, o1 * a, e2 * a, o2 * a, e3 * a, o3 * a
 
     p16 = p.to(DOT)
     zs = tl.dot(p16, v_zero.to(DOT), zs)                                # [ROWS, NG]: sum_t p vz_g
-    half = 2 * tl.arange(0, W // 2)
     for g in tl.static_range(NG):
         pg = p16 * column(v_scale, g, NG, N).to(DOT)[None, :]           # [ROWS, N]
-        for P in tl.static_range(4):
-            if _overlaps(P, g, W, G):
-                ev, od = raw_v_pairs(vwords, P, FAST)   # [N, W/2] each
-                even_in = _in_group(P * W + half, g, G)
-                odd_in = _in_group(P * W + half + 1, g, G)
-                if P == 0:
-                    e0 = _pv_rows(e0, pg, ev, even_in, G, W, DOT)
-                    o0 = _pv_rows(o0, pg, od, odd_in, G, W, DOT)
-                elif P == 1:
-                    e1 = _pv_rows(e1, pg, ev, even_in, G, W, DOT)
-                    o1 = _pv_rows(o1, pg, od, odd_in, G, W, DOT)
-                elif P == 2:
-                    e2 = _pv_rows(e2, pg, ev, even_in, G, W, DOT)
-                    o2 = _pv_rows(o2, pg, od, odd_in, G, W, DOT)
-                else:
-                    e3 = _pv_rows(e3, pg, ev, even_in, G, W, DOT)
-                    o3 = _pv_rows(o3, pg, od, odd_in, G, W, DOT)
+        e0, o0, e1, o1, e2, o2, e3, o3 = pv_planes(e0, o0, e1, o1, e2, o2, e3, o3, pg, vwords, g, W, G, DOT,
+                                                   FAST, True)
     return m_new, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
 
 
