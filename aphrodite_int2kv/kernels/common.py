@@ -157,9 +157,9 @@ def load_slots(base_u8, base_f16, slot, nmask, W: tl.constexpr, NG: tl.constexpr
     bytes are then read unmasked -- codes are finite whatever the bytes, and the masked (zero)
     scales and zeros make a masked token's keys and values exactly 0.
     V_PAIRS: V's codes as [W/2, N] uint16 words (the folded tile's P.V operand, folded.py) instead
-    of [N, W] bytes; 2: the same words as [N, W/2]. odd [N] (0/1): the tokens whose slots are rotated by ODD_SHIFT (odd page
-    offsets, docs/format.md "odd slots"): their codes sit ODD_SHIFT bytes later, their metadata
-    block at the slot's start."""
+    of [N, W] bytes; 2: the same words as [N, W/2] (folded.int2_tile_rows). odd [N] (0/1): the
+    tokens whose slots are rotated by ODD_SHIFT (odd page offsets, docs/format.md "odd slots"):
+    their codes sit ODD_SHIFT bytes later, their metadata block at the slot's start."""
     tl.static_assert(OFF_KZ == OFF_KS + 2 * NG and OFF_VS == OFF_KZ + 2 * NG and OFF_VZ == OFF_VS + 2 * NG)
     N: tl.constexpr = slot.shape[0]
     cols = tl.arange(0, W)

@@ -368,8 +368,9 @@ def int2_tile_rows(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3,
                    kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask,
                    ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                    DOT: tl.constexpr, FAST: tl.constexpr):
-    """int2_tile_folded (vwords here [N, W/2]: load_tile V_PAIRS=2) with the query rows on the MMA's M side and the tokens on N and K, for
-    tiles of >= 16 rows (head_dim >= 128: the P.V product's N is W/2 >= 16):
+    """int2_tile_folded with the query rows on the MMA's M side and the tokens on N and K, for
+    tiles of >= 16 rows (head_dim >= 128: the P.V product's N is W/2 >= 16); vwords here [N, W/2]
+    (load_tile V_PAIRS=2):
 
         scores  s [ROWS, N]    = q plane [ROWS, W] . K codes^T [W, N]         (per plane and group)
         output  acc [ROWS, W/2] = (p * V scale) [ROWS, N] . V codes [N, W/2]   (even / odd columns)
