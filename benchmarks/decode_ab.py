@@ -139,9 +139,8 @@ def main():
                     tiles_per_group = math.ceil(Hq // Hkv / bh)
                     per_sm = new.programs_per_sm(D, bh, ncfg.fold)
                     splits = max(1, min(256, per_sm * sms // (B * Hkv * tiles_per_group), max(lens) // 256))
-                    kw = dict(ncfg.kwargs(), block_h=bh, num_warps=nw, tile_major=bool(tm), rows_on_m=bool(rows))
-                    if bh != ncfg.block_h:
-                        kw["maxnreg"] = 168 if ncfg.fold and D == 128 and bh <= 8 else None
+                    kw = dict(ncfg.kwargs(), block_h=bh, num_warps=nw, tile_major=bool(tm), rows_on_m=bool(rows),
+                              maxnreg=new.register_cap(D, bh, ncfg.fold))
                     sides.append((f"new/h{bh}/w{nw}/{'tm' if tm else 'pm'}{'/rows' if rows else ''}", new.int2_decode,
                                   splits, kw))
                 for v in [v for v in args.merge.split(",") if v]:

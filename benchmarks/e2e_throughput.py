@@ -212,9 +212,7 @@ def keep_turboquant_off_missing_flash_attn() -> str | None:
         import aphrodite.vllm_flash_attn  # noqa: F401  (loads the FA extensions that are present)
     except ImportError:
         pass
-    ops = [(ns, op) for ns, op in (("_vllm_fa2_C", "varlen_fwd"), ("_vllm_fa3_C", "fwd"))
-           if hasattr(getattr(torch.ops, ns), op)]
-    if ops:
+    if hasattr(torch.ops._vllm_fa2_C, "varlen_fwd") or hasattr(torch.ops._vllm_fa3_C, "fwd"):
         return None
     os.environ["APHRODITE_ENABLE_V1_MULTIPROCESSING"] = "0"
     import aphrodite.platforms.cuda as cuda_platform

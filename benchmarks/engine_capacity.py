@@ -47,19 +47,18 @@ def main():
     ap.add_argument("--model", default="dense8b", choices=("dense8b", "hybrid27b"), help="dtypes: the model shapes")
     ap.add_argument("--kv-gib", type=float, help="KV-cache memory every row gets (default: dtypes 64, window 8)")
     a = ap.parse_args()
-    engine = Engine(a.context, int((a.kv_gib or (64.0 if a.what == "dtypes" else 8.0)) * (1 << 30)))
+    kv_gib = a.kv_gib or (64.0 if a.what == "dtypes" else 8.0)
+    engine = Engine(a.context, int(kv_gib * (1 << 30)))
     if a.what == "window":
         rows = window_rows(engine)
-    elif a.model == "hybrid27b":
-        rows = hybrid_dtype_rows(engine, a.kv_gib or 64.0)
     else:
-        rows = dtype_rows(engine, a.kv_gib or 64.0)
+        rows = dtype_rows(engine, kv_gib, a.model)
     out = a.out or OUT[a.what]
     old = json.load(open(out)) if os.path.exists(out) else []
-    # this run's rows replace those of the same engine version, model and context
-    same = {(r["engine"], r.get("model", "")[:8], r.get("context_len")) for r in rows}
+    # this run's rows replace those of the same engine version, model ("dense8b ...") and context
+    same = {(r["engine"], r.get("model", "").split(" ")[0], r.get("context_len")) for r in rows}
     old = [r for r in old if r.get("engine") is not None
-           and (r["engine"], r.get("model", "")[:8], r.get("context_len")) not in same]
+           and (r["engine"], r.get("model", "").split(" ")[0], r.get("context_len")) not in same]
     json.dump(old + rows, open(out, "w"), indent=1)
 
 
@@ -103,12 +102,9 @@ class Engine:
         return get_max_concurrency_for_kv_cache_config(cfg, conf) * self.context
 
 
-def dtype_rows(engine: Engine, kv_gib: float) -> list[dict]:
-    import torch
-    from aphrodite.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
-    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, get_kv_quant_mode
-
-    import aphrodite_int2kv_tests.test_engine_int2 as T
+def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
+    """A row for every KV dtype the engine offers: its tokens against bf16's (`auto`), or the error
+    where the engine refuses or cannot size it (a result)."""
     from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
     from aphrodite_int2kv.quality.engine_eval import engine_kv_dtypes
 
@@ -116,6 +112,30 @@ def dtype_rows(engine: Engine, kv_gib: float) -> list[dict]:
         sys.exit(f"engine_capacity.py dtypes: {engine.name} lets each attention backend pack its pages "
                  "(customize_spec); this sizes the shape-based specs of 0.21-0.23 only: run it in a "
                  "0.21-0.23 environment (.ci/venv.sh 0.21.0)")
+    describe, sized = (dense_sizer if model == "dense8b" else hybrid_sizer)(engine)
+    bf16_tokens = sized("auto")[0]
+    rows = []
+    for kv in engine_kv_dtypes():
+        row = dict(kv_cache_dtype=kv, model=describe, context_len=engine.context, kv_gib=kv_gib, engine=engine.name,
+                   device="CPU (arithmetic only)")
+        try:
+            n, extra = sized(kv)
+            row.update(kv_tokens=n, vs_bf16=round(n / bf16_tokens, 3), **extra)
+        except Exception as exc:   # noqa: BLE001 - a dtype the engine refuses or cannot size is a result
+            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        rows.append(row)
+        print(f"{kv:<24} {row.get('kv_tokens', row.get('error'))!s:>12} {row.get('vs_bf16', '')}", flush=True)
+    return rows
+
+
+def dense_sizer(engine: Engine):
+    """(the model's description, kv -> (tokens, the row's extra fields)) for the dense 8B shapes."""
+    import torch
+    from aphrodite.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, get_kv_quant_mode
+
+    import aphrodite_int2kv_tests.test_engine_int2 as T
+
     model = T._heads_dir(pathlib.Path(tempfile.mkdtemp()), HEADS, KV_HEADS, HEAD_DIM, max_positions=engine.context)
     names = [f"model.layers.{i}.self_attn.attn" for i in range(LAYERS)]
 
@@ -140,32 +160,20 @@ def dtype_rows(engine: Engine, kv_gib: float) -> list[dict]:
                                     dtype=torch.uint8, tq_slot_size=tq.slot_size_aligned)
                 for i, n in enumerate(names)}, boundary
 
-    bf16_tokens = round(engine.tokens(engine.config(model), full_specs("auto")))
-    rows = []
-    for kv in engine_kv_dtypes():
-        row = dict(kv_cache_dtype=kv, model=f"dense8b shapes ({LAYERS} layers, {HEADS} q / {KV_HEADS} KV heads, "
-                   f"head_dim {HEAD_DIM})", context_len=engine.context, kv_gib=kv_gib, engine=engine.name,
-                   device="CPU (arithmetic only)")
-        try:
-            if kv == "int2":
-                cfg = engine.int2_config(model, LAYERS)
-                n = engine.tokens(cfg, T._engine_specs(cfg))
-                row["note"] = "the engine default: G64 pages of 128 tokens and the 128-token bf16 recent window"
-            elif kv.startswith("turboquant_"):
-                specs, boundary = turboquant_specs(kv)
-                n = engine.tokens(engine.config(model), specs)
-                row["note"] = f"layers {', '.join(boundary)} in bf16 (the engine's boundary protection)"
-            elif kv in STR_DTYPE_TO_TORCH_DTYPE or kv == "auto":
-                n = engine.tokens(engine.config(model), full_specs(kv))
-            else:
-                raise ValueError(f"no torch dtype for {kv!r} in the engine's STR_DTYPE_TO_TORCH_DTYPE")
-            n = round(n)
-            row.update(kv_tokens=n, vs_bf16=round(n / bf16_tokens, 3))
-        except Exception as exc:   # noqa: BLE001 - a dtype the arithmetic cannot size is a result
-            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        rows.append(row)
-        print(f"{kv:<24} {row.get('kv_tokens', row.get('error'))!s:>12} {row.get('vs_bf16', '')}", flush=True)
-    return rows
+    def sized(kv):
+        if kv == "int2":
+            cfg = engine.int2_config(model, LAYERS)
+            return round(engine.tokens(cfg, T._engine_specs(cfg))), {
+                "note": "the engine default: G64 pages of 128 tokens and the 128-token bf16 recent window"}
+        if kv.startswith("turboquant_"):
+            specs, boundary = turboquant_specs(kv)
+            return round(engine.tokens(engine.config(model), specs)), {
+                "note": f"layers {', '.join(boundary)} in bf16 (the engine's boundary protection)"}
+        if kv in STR_DTYPE_TO_TORCH_DTYPE or kv == "auto":
+            return round(engine.tokens(engine.config(model), full_specs(kv))), {}
+        raise ValueError(f"no torch dtype for {kv!r} in the engine's STR_DTYPE_TO_TORCH_DTYPE")
+
+    return f"dense8b shapes ({LAYERS} layers, {HEADS} q / {KV_HEADS} KV heads, head_dim {HEAD_DIM})", sized
 
 
 HYBRID_LAYERS, HYBRID_ATTN, HYBRID_HEADS, HYBRID_KV_HEADS, HYBRID_HEAD_DIM = 64, 16, 24, 4, 256
@@ -186,7 +194,8 @@ def hybrid_dir(path: pathlib.Path, context: int) -> str:
     return str(path)
 
 
-def hybrid_dtype_rows(engine: Engine, kv_gib: float) -> list[dict]:
+def hybrid_sizer(engine: Engine):
+    """dense_sizer for the hybrid: the attention page aligned to the GDN state page by the engine."""
     import torch
     from aphrodite.model_executor.models import ModelRegistry
     from aphrodite.platforms.interface import Platform
@@ -196,15 +205,10 @@ def hybrid_dtype_rows(engine: Engine, kv_gib: float) -> list[dict]:
 
     import aphrodite_int2kv_tests.test_engine_int2 as T
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
-    from aphrodite_int2kv.quality.engine_eval import engine_kv_dtypes
 
-    if not shape_based_kv_api():
-        sys.exit(f"engine_capacity.py dtypes: {engine.name} lets each attention backend pack its pages "
-                 "(customize_spec); run it in a 0.21-0.23 environment (.ci/venv.sh 0.21.0)")
     model = hybrid_dir(pathlib.Path(tempfile.mkdtemp()), engine.context)
 
-    def specs_of(kv):
+    def sized(kv):
         cfg = engine.config(model, enable_prefix_caching=False, **({} if kv == "auto" else {"kv_cache_dtype": kv}))
         cfg.cache_config.block_size = 16        # the CUDA platform's default, which the alignment starts from
         Platform._align_hybrid_block_size(cfg, Int2AttentionBackend if kv == "int2" else TritonAttentionBackend)
@@ -223,26 +227,13 @@ def hybrid_dtype_rows(engine: Engine, kv_gib: float) -> list[dict]:
                         dtypes=model_cls.get_mamba_state_dtype_from_config(cfg),
                         page_size_padded=cc.mamba_page_size_padded)
         specs = dict(attn, **{f"model.layers.{4 * i + j}.linear_attn": gdn for i in range(16) for j in range(3)})
-        return cfg, specs, cc.block_size
+        extra = {"attention_block_size": cc.block_size}
+        if kv == "int2":
+            extra["note"] = "the engine default: int2 pages, the recent window's companions, prefix caching off"
+        return round(engine.tokens(cfg, specs)), extra
 
-    cfg, specs, _ = specs_of("auto")
-    bf16_tokens = round(engine.tokens(cfg, specs))
-    rows = []
-    for kv in engine_kv_dtypes():
-        row = dict(kv_cache_dtype=kv, model=f"hybrid27b shapes ({HYBRID_LAYERS} layers: {HYBRID_ATTN} full attention with "
-                   f"{HYBRID_HEADS} q / {HYBRID_KV_HEADS} KV heads of {HYBRID_HEAD_DIM}, 48 Gated DeltaNet)",
-                   context_len=engine.context, kv_gib=kv_gib, engine=engine.name, device="CPU (arithmetic only)")
-        try:
-            cfg, specs, block = specs_of(kv)
-            n = round(engine.tokens(cfg, specs))
-            row.update(kv_tokens=n, vs_bf16=round(n / bf16_tokens, 3), attention_block_size=block)
-            if kv == "int2":
-                row["note"] = "the engine default: int2 pages, the recent window's companions, prefix caching off"
-        except Exception as exc:   # noqa: BLE001 - a dtype the engine refuses for hybrids is a result
-            row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-        rows.append(row)
-        print(f"{kv:<24} {row.get('kv_tokens', row.get('error'))!s:>12} {row.get('vs_bf16', '')}", flush=True)
-    return rows
+    return (f"hybrid27b shapes ({HYBRID_LAYERS} layers: {HYBRID_ATTN} full attention with {HYBRID_HEADS} q / "
+            f"{HYBRID_KV_HEADS} KV heads of {HYBRID_HEAD_DIM}, 48 Gated DeltaNet)"), sized
 
 
 def window_rows(engine: Engine) -> list[dict]:

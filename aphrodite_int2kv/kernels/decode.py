@@ -500,6 +500,18 @@ def split_block_n(head_dim: int) -> int:
     return 64 if head_dim <= 128 else 32
 
 
+def register_cap(head_dim: int, block_h: int, fold: bool) -> int | None:
+    """The split launch's maxnreg (None: ptxas decides). The folded 8-head tile's loop needs 168
+    registers; left to itself, ptxas gives the kernel 194 (the sequence loop around it: 10 programs
+    per multiprocessor instead of 12); capped, it spills a few of that loop's values, none inside
+    the tile loop (benchmarks/sass_report.py). At head_dim 64, left to itself, ptxas holds the tile
+    to 168 registers and spills on sm_80 and sm_120 (16-24 B); allowed 255 it takes 178-194 and
+    spills nothing (aot.py)."""
+    if head_dim <= 64:
+        return 255
+    return 168 if fold and head_dim <= 128 and block_h <= 8 else None
+
+
 SPLIT_STAGES = 3    # tiles of slots in flight per split program (Triton's pipeliner; split_shared)
 
 
@@ -567,12 +579,7 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     # those keep one 4-warp program per row.
     merge = dict(merge_split=min(8, head_dim // 16), merge_warps=1) if batch * num_kv_heads * ratio <= 256 else {}
     if head_dim <= 128:
-        # the folded 8-head tile's loop needs 168 registers; left to itself, ptxas gives the kernel
-        # 194 (the sequence loop around it: 10 programs per multiprocessor instead of 12); capped,
-        # it spills a few of that loop's values, none inside the tile loop (benchmarks/sass_report.py)
-        # at head_dim 64, left to itself, ptxas holds the tile to 168 registers and spills on sm_80
-        # and sm_120 (16-24 B); allowed 255 it takes 178-194 and spills nothing (aot.py)
-        cap = 168 if fold and head_dim > 64 and block_h <= 8 else 255 if head_dim <= 64 else None
+        cap = register_cap(head_dim, block_h, fold)
         # short shares in tiles of 32 (int2_decode short_n): at 32K, batch 8 the programs hold
         # 10.45 tiles of 64 on average and the wave waits for those with 11 (SHORT_SHARE)
         short = dict(short_n=32, short_units=SHORT_SHARE // 32) if fold else {}
