@@ -308,6 +308,23 @@ def test_folded_decode_with_the_query_rows_on_m(D, G, Hq, Hkv, block_h, tile_maj
     torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
 
 
+def test_decode_partial_results_in_half_precision():
+    """partial_dtype: the split programs' partial outputs in fp16 or bf16 (the merge reads them back
+    into fp32) stay within the dtype's rounding of the reference; anything else is refused."""
+    L = SlotLayout(256, 64)
+    seq_lens = [150, 37]
+    cache, bt, _ = paged_cache(L, seq_lens, 1, 16)
+    q = torch.randn(len(seq_lens), 16, 256, device=DEVICE)
+    sl = torch.tensor(seq_lens, dtype=torch.int32, device=DEVICE)
+    ref = R.decode_reference(q, cache, bt, sl, L, 256 ** -0.5, folded=True)
+    for dtype, tol in ((torch.float16, 2e-3), (torch.bfloat16, 2e-2)):
+        out = int2_decode(q, cache, bt, sl, L, 256 ** -0.5, 3, fold=True, block_h=16, rows_on_m=True, block_n=32,
+                          partial_dtype=dtype)
+        torch.testing.assert_close(out.float(), ref, atol=max(tol, ATOL), rtol=0)
+    with pytest.raises(ValueError, match="partial_dtype"):
+        int2_decode(q, cache, bt, sl, L, 256 ** -0.5, 3, fold=True, partial_dtype=torch.float64)
+
+
 @pytest.mark.parametrize("kw", [dict(fold=False), dict(block_h=8), dict(D=64)])
 def test_rows_on_m_refuses_what_it_cannot_run(kw):
     D = kw.pop("D", 128)
@@ -409,6 +426,17 @@ def test_decode_launch_config_depends_on_batch_only():
     assert [(decode_launch_config(b, 4, 8, D).merge_split, decode_launch_config(b, 4, 8, D).merge_warps)
             for b, D in ((1, 128), (8, 128), (9, 128), (8, 64), (8, 256), (32, 256))] == \
         [(8, 1), (8, 1), (1, 4), (4, 1), (8, 1), (1, 4)]
+    # above 8 query heads per KV head at head_dim >= 128: the rows-on-M tile, one wave of programs
+    # (ratio 16 on one KV head, batch 8: 8 programs per split, 8 per multiprocessor), its partial
+    # results in fp16 at head_dim 256 only; not at head_dim 64, nor for the per-code tile
+    r16 = decode_launch_config(8, 1, 16, 128)
+    assert r16.rows_on_m and r16.num_splits == 132 and r16.partial_dtype == torch.float32
+    assert r16.kwargs()["rows_on_m"] and r16.kwargs()["partial_dtype"] == torch.float32
+    assert [decode_launch_config(8, 1, r, 256).partial_dtype for r in (8, 16, 32)] == \
+        [torch.float32, torch.float16, torch.float16]
+    assert [decode_launch_config(8, 1, r, D, fold=f).rows_on_m for r, D, f in
+            ((8, 128, True), (9, 128, True), (32, 128, True), (16, 64, True), (16, 128, False), (24, 256, True))] == \
+        [False, True, True, False, False, True]
 
 
 KERNELS = {"decode": ("_int2_decode_split_kernel", "_int2_decode_tail_kernel", "_int2_decode_merge_kernel"),

@@ -22,7 +22,8 @@ import sys
 import torch
 
 sys.path.insert(0, __file__.rsplit("/benchmarks/", 1)[0])
-from benchmarks.decode_attention import Timer, log, ragged_lengths, random_int2_cache, window_pages, write_sweep  # noqa: E402
+from benchmarks.decode_attention import (Timer, log, precompile, ragged_lengths, random_int2_cache,  # noqa: E402
+                                         window_pages, write_sweep)
 from aphrodite_int2kv.int2 import reference as R  # noqa: E402
 from aphrodite_int2kv.int2.format import SlotLayout, pages_heads_first, rotate_odd_slots  # noqa: E402
 from aphrodite_int2kv.kernels import decode as new  # noqa: E402
@@ -56,6 +57,53 @@ def time_abba(timer, calls: dict, iters: int) -> dict:
     return timed
 
 
+def side_specs(args, mods: dict, Hq: int, Hkv: int, D: int, B: int, max_len: int, sms: int) -> list:
+    """The launches timed on one shape: (name, module key in mods, num_splits, int2_decode kwargs),
+    "base" first, then "new", the alt modules and the variants the flags ask for."""
+    base, new = mods["base"], mods["new"]
+    bcfg = base.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
+    ncfg = new.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
+    sides = [("base", "base", bcfg.num_splits, bcfg.kwargs()), ("new", "new", ncfg.num_splits, ncfg.kwargs())]
+    for m in [m for m in args.alt_modules.split(",") if m]:
+        acfg = mods[m].decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
+        sides.append((m, m, acfg.num_splits, acfg.kwargs()))
+    tiles = [tuple(map(int, v.split("/"))) for v in args.variants.split(",") if v]
+    for spec in [x for x in args.per_sm.split(",") if x]:
+        per_sm, _, cap = spec.partition(":")
+        per_sm = int(per_sm)
+        for bn, nw, ns in tiles or [(ncfg.block_n, ncfg.num_warps, ncfg.num_stages)]:
+            splits = max(1, min(256, per_sm * sms // (B * Hkv * math.ceil(Hq // Hkv / ncfg.block_h))))
+            kw = dict(ncfg.kwargs(), block_n=bn, num_warps=nw, num_stages=ns)
+            if cap:
+                kw["maxnreg"] = int(cap)
+            sides.append((f"new/{spec}/{bn}/{nw}/{ns}", "new", splits, kw))
+    for v in [v for v in args.short.split(",") if v]:
+        sn, su = map(int, v.split("/"))
+        sides.append((f"new/short{sn}/{su}", "new", ncfg.num_splits, dict(ncfg.kwargs(), short_n=sn, short_units=su)))
+    for v in [v for v in args.tiles.split(",") if v]:
+        side, _, v = v.rpartition(":")
+        side = side or "new"
+        mod, cfg = mods[side], (bcfg if side == "base" else ncfg)
+        bh, nw, tm, rows, bn, cap, per_sm = (list(map(int, v.split("/"))) + [0] * 4)[:7]
+        tiles_per_group = math.ceil(Hq // Hkv / bh)
+        per_sm = per_sm or mod.programs_per_sm(D, bh, cfg.fold)
+        splits = max(1, min(256, per_sm * sms // (B * Hkv * tiles_per_group)))   # as the engine plans: no context
+        kw = dict(cfg.kwargs(), block_h=bh, num_warps=nw, tile_major=bool(tm), rows_on_m=bool(rows),
+                  maxnreg=cap or mod.register_cap(D, bh, cfg.fold))
+        if bn:      # another tile length: short shares only where they are shorter than it
+            kw.update(block_n=bn, **({} if kw.get("short_n", 0) < bn else dict(short_n=0, short_units=0)))
+        name = f"{side}/h{bh}/w{nw}/{'tm' if tm else 'pm'}{'/rows' if rows else ''}" + \
+            (f"/n{bn}" if bn else "") + (f"/r{cap}" if cap else "") + (f"/{per_sm}sm" if v.count("/") >= 6 else "")
+        sides.append((name, side, splits, kw))
+    for v in [v for v in args.merge.split(",") if v]:
+        ms, mw = map(int, v.split("/"))
+        sides.append((f"new/merge{ms}/{mw}", "new", ncfg.num_splits, dict(ncfg.kwargs(), merge_split=ms, merge_warps=mw)))
+    for dt in [d for d in args.partial_dtypes.split(",") if d]:
+        sides += [(f"{name}/{dt}", m, splits, dict(kw, partial_dtype=getattr(torch, dt)))
+                  for name, m, splits, kw in list(sides) if m == "new" and "/float" not in name and "/bfloat" not in name]
+    return sides
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--baseline-path", required=True, help="directory holding the renamed baseline package")
@@ -74,10 +122,17 @@ def main():
     ap.add_argument("--merge", default="",
                     help="extra new-side launches with another merge: merge_split/merge_warps,... (int2_decode)")
     ap.add_argument("--tiles", default="",
-                    help="extra new-side launches with another head tile: block_h/num_warps/tile_major[/rows_on_m],... "
-                         "(tile_major 1: the head tiles of a KV head side by side in the grid; rows_on_m 1: the "
-                         "folded tile with the query rows on the MMA's M, folded.int2_tile_rows; splits for "
+                    help="extra launches with another head tile: [base:]block_h/num_warps/tile_major[/rows_on_m"
+                         "[/block_n/maxnreg/per_sm]],... (base: on the baseline package; tile_major 1: the head "
+                         "tiles of a KV head side by side in the grid; rows_on_m 1: the folded tile with the query "
+                         "rows on the MMA's M, folded.int2_tile_rows; block_n 0 / maxnreg 0 / per_sm 0: as the "
+                         "launch config plans them; splits for per_sm programs per multiprocessor, else for "
                          "programs_per_sm of that tile)")
+    ap.add_argument("--partial-dtypes", default="",
+                    help="each new-side launch also with its partial results in these dtypes: bfloat16,float16")
+    ap.add_argument("--precompile", type=int, default=0,
+                    help="compile every side's kernels first in this many processes (Triton's on-disk cache is "
+                         "shared), so that the timed process only loads them")
     ap.add_argument("--head-major", action="store_true",
                     help="also time the new side on the same pages read heads first (pages_heads_first)")
     ap.add_argument("--heads-first", action="store_true",
@@ -94,9 +149,22 @@ def main():
     base = renamed_decoders(args.baseline_path, [args.baseline_module])[args.baseline_module]
     base_fmt = importlib.import_module(f"{args.baseline_module}.int2.format")
     alts = renamed_decoders(args.baseline_path, args.alt_modules.split(","))
+    mods = {"base": base, "new": new, **alts}
     timer = Timer(graph=True)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     G, BS = 64, 128
+    if args.precompile:
+        names = {"base": args.baseline_module, "new": "aphrodite_int2kv", **{m: m for m in alts}}
+        jobs = {}
+        for cfg in args.configs.split(","):
+            Hq, Hkv, D = map(int, cfg.split("/"))
+            for S in map(int, args.contexts.split(",")):
+                for B in map(int, args.batches.split(",")):
+                    lens = ragged_lengths(S, B) if args.ragged else [S] * B
+                    for name, m, splits, kw in side_specs(args, mods, Hq, Hkv, D, B, max(lens), sms):
+                        job = (args.baseline_path, names[m], Hq, Hkv, D, G, BS, B, splits, kw)
+                        jobs.setdefault(repr(job), job)
+        precompile(list(jobs.values()), args.precompile)
     rows = []
     for cfg in args.configs.split(","):
         Hq, Hkv, D = map(int, cfg.split("/"))
@@ -109,44 +177,11 @@ def main():
                 short = torch.full((B,), 3000, dtype=torch.int32, device="cuda")
                 q = (torch.randn(B, Hq, D, device="cuda") * args.q_scale).to(torch.bfloat16)
                 ref = R.decode_reference(q[:2].float(), cache, table[:2], short[:2], L, D ** -0.5)
-                sides = []
                 extra = {}
                 if args.window:   # window pages as decode_attention.py's --window builds them (blocks of 48)
                     extra["window"] = window_pages(B, max(lens), Hkv, D, args.window)
-                bcfg = base.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
-                sides.append(("base", base.int2_decode, bcfg.num_splits, bcfg.kwargs()))
-                ncfg = new.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
-                sides.append(("new", new.int2_decode, ncfg.num_splits, ncfg.kwargs()))
-                for m, mod in alts.items():
-                    acfg = mod.decode_launch_config(B, Hkv, Hq // Hkv, D, sms)
-                    sides.append((m, mod.int2_decode, acfg.num_splits, acfg.kwargs()))
-                tiles = [tuple(map(int, v.split("/"))) for v in args.variants.split(",") if v]
-                for spec in [x for x in args.per_sm.split(",") if x]:
-                    per_sm, _, cap = spec.partition(":")
-                    per_sm = int(per_sm)
-                    for bn, nw, ns in tiles or [(ncfg.block_n, ncfg.num_warps, ncfg.num_stages)]:
-                        splits = max(1, min(256, per_sm * sms // (B * Hkv * math.ceil(Hq // Hkv / ncfg.block_h))))
-                        kw = dict(ncfg.kwargs(), block_n=bn, num_warps=nw, num_stages=ns)
-                        if cap:
-                            kw["maxnreg"] = int(cap)
-                        sides.append((f"new/{spec}/{bn}/{nw}/{ns}", new.int2_decode, splits, kw))
-                for v in [v for v in args.short.split(",") if v]:
-                    sn, su = map(int, v.split("/"))
-                    sides.append((f"new/short{sn}/{su}", new.int2_decode, ncfg.num_splits,
-                                  dict(ncfg.kwargs(), short_n=sn, short_units=su)))
-                for v in [v for v in args.tiles.split(",") if v]:
-                    bh, nw, tm, rows = (list(map(int, v.split("/"))) + [0])[:4]
-                    tiles_per_group = math.ceil(Hq // Hkv / bh)
-                    per_sm = new.programs_per_sm(D, bh, ncfg.fold)
-                    splits = max(1, min(256, per_sm * sms // (B * Hkv * tiles_per_group), max(lens) // 256))
-                    kw = dict(ncfg.kwargs(), block_h=bh, num_warps=nw, tile_major=bool(tm), rows_on_m=bool(rows),
-                              maxnreg=new.register_cap(D, bh, ncfg.fold))
-                    sides.append((f"new/h{bh}/w{nw}/{'tm' if tm else 'pm'}{'/rows' if rows else ''}", new.int2_decode,
-                                  splits, kw))
-                for v in [v for v in args.merge.split(",") if v]:
-                    ms, mw = map(int, v.split("/"))
-                    sides.append((f"new/merge{ms}/{mw}", new.int2_decode, ncfg.num_splits,
-                                  dict(ncfg.kwargs(), merge_split=ms, merge_warps=mw)))
+                sides = [(name, mods[m].int2_decode, splits, kw)
+                         for name, m, splits, kw in side_specs(args, mods, Hq, Hkv, D, B, max(lens), sms)]
                 if args.head_major:   # the same pages, each page's slots heads first
                     hm = pages_heads_first(cache)
                     ref_hm = R.decode_reference(q[:2].float(), hm, table[:2], short[:2], L, D ** -0.5)
@@ -184,7 +219,7 @@ def main():
                         if name in outs and "base" in outs and not name.startswith("hm/") else None
                     rows.append(dict(num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, context_len=S, batch=B, ragged=args.ragged,
                                      group_size=G, block_size=BS, side=name, num_splits=splits,
-                                     launch={k: v for k, v in kw.items() if k != "window"}, window=args.window, int2_us=round(us, 2),
+                                     launch={k: str(v) if isinstance(v, torch.dtype) else v for k, v in kw.items() if k != "window"}, window=args.window, int2_us=round(us, 2),
                                      us_passes=[round(u, 2) for u in timed.get(name, [])], ref_err=err,
                                      max_diff_vs_base=diff))
                     line.append(f"{name}:{splits}={us:.1f}")

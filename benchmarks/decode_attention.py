@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import json
 import math
 import platform
@@ -242,6 +243,41 @@ def bench_aphrodite_triton(timer, q, k, v, block_size, scale):
         return {}
 
 
+def _compile_one(job):
+    """One side's kernels run once on a small cache of the same layout (precompile's worker): the
+    same constexprs and argument specializations as the timed launch, so it compiles the same
+    variants."""
+    path, module, Hq, Hkv, D, G, BS, B, splits, kw = job
+    if path and path not in sys.path:
+        sys.path.insert(0, path)
+    dec = importlib.import_module(f"{module}.kernels.decode")
+    fmt = importlib.import_module(f"{module}.int2.format")
+    L = fmt.SlotLayout(D, G)
+    cache = torch.randint(0, 256, (16 * B, BS, Hkv, L.slot_bytes), dtype=torch.uint8, device="cuda")
+    table = torch.arange(16 * B, dtype=torch.int32, device="cuda").view(B, 16)      # 16 pages: stride 16
+    seq = torch.full((B,), 16 * BS, dtype=torch.int32, device="cuda")
+    q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+    try:
+        dec.int2_decode(q, cache, table, seq, L, D ** -0.5, splits, **kw)
+        torch.cuda.synchronize()
+        return None
+    except Exception as exc:  # noqa: BLE001 - the timed run reports it again
+        return f"{module} {Hq}/{Hkv}/{D} B={B} {kw}: {str(exc).splitlines()[0][:160]}"
+
+
+def precompile(jobs: list, workers: int):
+    """Compile the jobs' kernels in `workers` spawned processes (compiling, not timing, is what
+    takes a sweep's time on a 16-core machine); Triton's on-disk cache carries them over."""
+    import multiprocessing
+    import time
+    t0 = time.time()
+    with multiprocessing.get_context("spawn").Pool(workers) as pool:
+        errors = [e for e in pool.map(_compile_one, jobs, chunksize=1) if e]
+    log(f"precompiled {len(jobs)} launches in {time.time() - t0:.0f} s with {workers} processes")
+    for e in errors:
+        log(f"    precompile: {e}")
+
+
 def tune(timer, props, args):
     """Print int2 decode time for block_n x num_warps x num_stages x split count on a few shapes
     (choose defaults from it). Each shape is first checked against a torch reference."""
@@ -324,6 +360,9 @@ def main():
     ap.add_argument("--table-ahead", action="store_true",
                     help="also time the same tile with table_ahead (block-table entries a tile ahead) "
                          "flipped from the launch config's choice: int2_table_flipped_us, table_flip_speedup")
+    ap.add_argument("--precompile", type=int, default=0,
+                    help="compile every shape's int2 launch first in this many processes (Triton's on-disk cache "
+                         "is shared): a sweep of many head shapes otherwise spends most of its time compiling")
     ap.add_argument("--out", default="decode_attention_h200.json")
     args = ap.parse_args()
     if args.fold:
@@ -340,6 +379,15 @@ def main():
     log(f"{env}\ncopy bandwidth {copy_gbps:.0f} GB/s")
     if args.tune:
         tune(timer, props, args)
+    if args.precompile:     # the main int2 launch of every shape (variants compile when timed)
+        jobs = {}
+        for Hq, Hkv, D in expand_configs(args.configs):
+            for B in map(int, args.batches.split(",")):
+                for G in [G for G in map(int, args.group_sizes.split(",")) if D % G == 0]:
+                    cfg = decode_launch_config(B, Hkv, Hq // Hkv, D, props.multi_processor_count, fold=main_fold)
+                    job = ("", "aphrodite_int2kv", Hq, Hkv, D, G, args.block_size, B, cfg.num_splits, cfg.kwargs())
+                    jobs.setdefault(repr(job), job)
+        precompile(list(jobs.values()), args.precompile)
     rows = []
     for Hq, Hkv, D in expand_configs(args.configs):
         scale = D ** -0.5
@@ -469,6 +517,7 @@ def main():
                                group_size=G, block_size=args.block_size, num_splits=splits, block_n=cfg.block_n,
                                table_ahead=cfg.table_ahead,
                                num_warps=cfg.num_warps, num_stages=cfg.num_stages, block_h=cfg.block_h,
+                               rows_on_m=cfg.rows_on_m, partial_dtype=str(cfg.partial_dtype).replace("torch.", ""),
                                int2_tile=args.tile, int2_us=round(int2_us, 2),
                                int2_us_instances=[round(u, 2) for u in int2_all],
                                bf16_us=round(bf16[best], 2) if best else None, bf16_kernel=best,

@@ -459,6 +459,7 @@ class DecodeLaunch:
     merge_warps: int = 4
     tile_major: bool = False  # head tiles of a KV head side by side in the grid (int2_decode)
     rows_on_m: bool = False   # the folded tile with the query rows on the MMA's M (folded.int2_tile_rows)
+    partial_dtype: torch.dtype = torch.float32   # the split programs' partial outputs (int2_decode)
 
     def kwargs(self) -> dict:
         """int2_decode's launch arguments (all but num_splits), the tile included."""
@@ -466,7 +467,7 @@ class DecodeLaunch:
                     block_h=self.block_h, table_ahead=self.table_ahead, fold=self.fold, maxnreg=self.maxnreg,
                     chain_tail=self.chain_tail, short_n=self.short_n, short_units=self.short_units,
                     merge_split=self.merge_split, merge_warps=self.merge_warps, tile_major=self.tile_major,
-                    rows_on_m=self.rows_on_m)
+                    rows_on_m=self.rows_on_m, partial_dtype=self.partial_dtype)
 
 
 # The split tile's registers per thread (benchmarks/sass_report.py; the ahead-of-time check, aot.py,
@@ -485,7 +486,10 @@ def split_registers(head_dim: int, block_h: int, fold: bool) -> tuple[int, int]:
         # the 16-row tile takes 224-237 (aot.py): 8 programs per multiprocessor on the H200
         return (200, 1) if block_h <= 8 else (255, 1)
     if head_dim <= 128:
-        return (168, 1) if fold and block_h <= 8 else (255, 2)
+        # the 16-row rows-on-M tile (rows_on_m) takes 247: one wave of 8 (two waves of it, 16
+        # programs per multiprocessor, took 1.08-1.23x the time at ratios 12-16 with 1-2 KV heads:
+        # their partial results outweigh the balance, H100, benchmarks/decode_ab.py)
+        return (168, 1) if fold and block_h <= 8 else (255, 1) if fold else (255, 2)
     return 255, 1
 
 
@@ -578,15 +582,22 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     # (H200, benchmarks/decode_ab.py); at batch 32-64 it was up to 1.04x slower, so
     # those keep one 4-warp program per row.
     merge = dict(merge_split=min(8, head_dim // 16), merge_warps=1) if batch * num_kv_heads * ratio <= 256 else {}
+    # Head tiles of >= 16 rows (ratios above 8) at head_dim >= 128 take the folded tile with the
+    # query rows on the MMA's M (folded.int2_tile_rows): 0.78-0.93x the time of the rows-on-N tile at
+    # ratios 12-32 with 1-2 KV heads (H100, benchmarks/decode_ab.py, 32K / 128K, batch 8 / 32). At
+    # head_dim 256 its partial results go out as fp16 (0.89-0.97x again there: their bytes are a
+    # tenth of the pages' at 16 rows; at 128 it gained nothing).
+    rows = fold and block_h >= 16 and head_dim >= 128
+    rows_kw = dict(rows_on_m=True, partial_dtype=torch.float16 if head_dim > 128 else torch.float32) if rows else {}
     if head_dim <= 128:
         cap = register_cap(head_dim, block_h, fold)
         # short shares in tiles of 32 (int2_decode short_n): at 32K, batch 8 the programs hold
         # 10.45 tiles of 64 on average and the wave waits for those with 11 (SHORT_SHARE)
         short = dict(short_n=32, short_units=SHORT_SHARE // 32) if fold else {}
         return DecodeLaunch(splits, block_n, split_warps(head_dim, block_h), SPLIT_STAGES, block_h, table_ahead,
-                            fold, cap, chain_tail, **short, **merge)
+                            fold, cap, chain_tail, **short, **merge, **rows_kw)
     return DecodeLaunch(splits, block_n, split_warps(head_dim, block_h), SPLIT_STAGES, block_h, table_ahead, fold,
-                        None, chain_tail, **merge)
+                        None, chain_tail, **merge, **rows_kw)
 
 
 TAIL_N = 32     # window tokens per tail program (and the sinks' tile)
@@ -651,7 +662,7 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
                 _upstream_head_map: bool = False, fold: bool = False, table_ahead: bool = False,
                 chain_tail: bool = False, short_n: int = 0, short_units: int = 0,
                 merge_split: int = 1, merge_warps: int = 4, tile_major: bool = False, rows_on_m: bool = False,
-                limits: DeviceLimits | None = None) -> torch.Tensor:
+                partial_dtype: torch.dtype = torch.float32, limits: DeviceLimits | None = None) -> torch.Tensor:
     """q_rot [B, Hq, D] (one query token per sequence) -> out [B, Hq, D] in the rotated basis.
 
     kv_cache [num_blocks, block_size, Hkv, slot_bytes] uint8; block_table [B, max_blocks] int32
@@ -683,7 +694,9 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     KV head and share run side by side and read its pages from L2 (decode_launch_config does not
     pick it: measured, benchmarks/results/decode_tiles_ab_d128_h200.json).
     `rows_on_m`: the folded tile with the query rows on the MMA's M (folded.int2_tile_rows; head
-    tiles of >= 16 rows, head_dim >= 128), not picked by decode_launch_config until timed.
+    tiles of >= 16 rows, head_dim >= 128; decode_launch_config picks it for those).
+    `partial_dtype`: the split programs' partial outputs (normalized, so V's range) as float32,
+    bfloat16 or float16; the merge reads them back into fp32 (a workspace's own dtype wins).
     The split programs read positions [sinks, L - R); the tail kernel reads the sinks (one program
     per sequence) and the window (cdiv(R, TAIL_N) programs of one short tile each), side by side.
     """
@@ -721,8 +734,10 @@ def int2_decode(q_rot: torch.Tensor, kv_cache: torch.Tensor, block_table: torch.
     num_programs = num_splits * B
     tail_base = num_programs + B
     num_slots = B * partial_slots(num_splits, sinks, window_len)
+    if partial_dtype not in (torch.float32, torch.bfloat16, torch.float16):
+        raise ValueError(f"int2 decode: partial_dtype {partial_dtype}: float32, bfloat16 or float16")
     if workspace is None:
-        part_out = torch.empty(Hq * num_slots * D, dtype=torch.float32, device=q_rot.device)
+        part_out = torch.empty(Hq * num_slots * D, dtype=partial_dtype, device=q_rot.device)
         part_lse = torch.empty(Hq * num_slots, dtype=torch.float32, device=q_rot.device)
     else:
         part_out, part_lse = workspace

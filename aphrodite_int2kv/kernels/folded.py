@@ -28,9 +28,10 @@ no conversion); the power of two is undone once per program (plane_unit), and so
 term, summed as one dot per tile (zs). Under TRITON_INTERPRET (no inline assembly) the codes come
 from shifts and masks, plane_unit is 1 and no plane is lifted (k_codes).
 
-int2_tile_rows is the same tile turned around for >= 16 query rows (int2_decode rows_on_m, opt-in
-until timed on a GPU): query rows on the MMA's M side, tokens on N (scores) and K (P.V), so that
-p passes from one MMA to the next in registers (docs/benchmarks.md, "Many query heads per KV head").
+int2_tile_rows is the same tile turned around for >= 16 query rows (int2_decode rows_on_m, the
+engine's tile above 8 query heads per KV head at head_dim >= 128): query rows on the MMA's M side,
+tokens on N (scores) and K (P.V), so that p passes from one MMA to the next in registers, and K's
+zero term enters the scores as one small MMA (docs/benchmarks.md, "Many query heads per KV head").
 """
 
 import triton
@@ -364,10 +365,33 @@ def _pv_rows(acc, pg, raw, cols_in_group, G: tl.constexpr, W: tl.constexpr, DOT:
 
 
 @triton.jit
-def int2_tile_rows(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
-                   kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask,
+def zero_query(qsums, ROWS: tl.constexpr, NG: tl.constexpr, KZ: tl.constexpr, DOT: tl.constexpr):
+    """The query side of K's zero term as one MMA (int2_tile_rows): [ROWS, KZ] DOT, column
+    c = r NG + g holding, for group g, qsum_g's multiple of 64 (r = 0) and the rest (r = 1), zero
+    for r >= 2. Both parts are exact in fp16 (|qsum| <= 127 G: up to 13 bits, more than fp16's 11),
+    so the MMA against zero_keys' [N, KZ] (kz_g in every column c = r NG + g) adds
+    sum_g qsum_g kz_g to each score exactly as the FFMA per group it replaces."""
+    c = tl.arange(0, KZ)[None, :]
+    out = tl.zeros([ROWS, KZ], tl.float32)
+    for g in tl.static_range(NG):
+        qs = column(qsums, g, NG, ROWS)[:, None]
+        hi = tl.floor(qs * (1.0 / 64.0)) * 64.0         # a multiple of 64 with <= 8 significant bits
+        out = tl.where(c == g, hi, out)
+        out = tl.where(c == NG + g, qs - hi, out)       # 0..63
+    return out.to(DOT)
+
+
+@triton.jit
+def zero_keys(k_zero, N: tl.constexpr, NG: tl.constexpr, KZ: tl.constexpr, DOT: tl.constexpr):
+    """K's zeros [N, NG] as the MMA operand of zero_query: [N, KZ], column c = kz_(c mod NG)."""
+    return tl.reshape(tl.broadcast_to(k_zero[:, None, :], [N, KZ // NG, NG]), [N, KZ]).to(DOT)
+
+
+@triton.jit
+def int2_tile_rows(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qz, qscale,
+                   kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, edge,
                    ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
-                   DOT: tl.constexpr, FAST: tl.constexpr):
+                   KZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
     """int2_tile_folded with the query rows on the MMA's M side and the tokens on N and K, for
     tiles of >= 16 rows (head_dim >= 128: the P.V product's N is W/2 >= 16); vwords here [N, W/2]
     (load_tile V_PAIRS=2):
@@ -377,12 +401,15 @@ def int2_tile_rows(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3,
 
     The scores' accumulator is then laid out as the P.V product's A operand wants it (rows and
     token pairs in the same threads, as in FlashAttention), so p goes from one MMA to the next
-    without a shuffle, and the softmax reduces over tokens inside groups of four threads. The same
-    numbers as int2_tile_folded, the state transposed: accumulators [ROWS, W/2], zs [ROWS, NG]."""
-    k_scale = k_scale.to(tl.float32)
-    k_zero = k_zero.to(tl.float32)
+    without a shuffle, and the softmax reduces over tokens inside groups of four threads.
+    Work per score is what bounds this tile at many query rows (docs/benchmarks.md, "Many query
+    heads per KV head"), so the scores start from K's zero term as one small MMA (zero_query
+    [ROWS, KZ] . zero_keys^T: in place of an FFMA per score and group, and the fp32 copies of the
+    zeros), each group then adds scale * its integer dot in one FFMA, and only a tile at the span's
+    edges (`edge`: a token below the span's first or past its end) masks its scores.
+    The same numbers as int2_tile_folded, the state transposed: accumulators [ROWS, W/2], zs [ROWS, NG]."""
     kcols = tl.arange(0, W)
-    s = tl.zeros([ROWS, N], tl.float32)
+    s = tl.dot(qz, tl.trans(zero_keys(k_zero, N, NG, KZ, DOT)))      # sum_g qsum_g kz_g, exact
     for g in tl.static_range(NG):
         dg = tl.zeros([ROWS, N], tl.int32)
         for P in tl.static_range(4):
@@ -391,15 +418,12 @@ def int2_tile_rows(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3,
                 if G < W:
                     qp = tl.where(_in_group(P * W + kcols, g, G)[None, :], qp, 0)
                 dg = tl.dot(qp, tl.trans(k_codes(kbytes, P, g, W, G, FAST)), dg, out_dtype=tl.int32)
-        ks = column(k_scale, g, NG, N)
+        ks = column(k_scale, g, NG, N).to(tl.float32)
         if FAST and lifted(g, W, G):
             ks = ks * 0.0625            # the codes came in as 16 * code (k_codes)
-        if g == 0:
-            s = ks[None, :] * dg.to(tl.float32)
-        else:
-            s = s + ks[None, :] * dg.to(tl.float32)
-        s = s + column(qsums, g, NG, ROWS)[:, None] * column(k_zero, g, NG, N)[None, :]
-    s = tl.where(nmask[None, :], s, float("-inf"))
+        s = s + ks[None, :] * dg.to(tl.float32)
+    if edge:
+        s = tl.where(nmask[None, :], s, float("-inf"))
 
     m_new = tl.maximum(m_i, qscale * tl.max(s, axis=1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -432,7 +456,9 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, hea
     loads' latencies overlap). Returns the folded state (empty_pairs), or with ROWS_ON_M
     int2_tile_rows' in place of int2_tile_folded's (empty_rows: store_partial_pairs takes it transposed)."""
     qsums = query_sums(q0, q1, q2, q3, ROWS, W, G, NG)
+    KZ: tl.constexpr = 16 if 2 * NG <= 16 else 2 * NG    # the zero term's MMA contracts >= 16 columns
     if ROWS_ON_M:
+        qz = zero_query(qsums, ROWS, NG, KZ, DOT)
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_rows(ROWS, W, NG)
     else:
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_pairs(ROWS, W, NG)
@@ -442,9 +468,10 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, hea
             n0, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
             BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, 2 if ROWS_ON_M else 1, ODD_SHIFT)
         if ROWS_ON_M:
+            edge = (n0 < first) | (n0 + N > hi)      # a token of the tile lies outside the span
             m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_rows(
-                m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
-                kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
+                m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qz, qscale,
+                kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, edge, ROWS, N, W, G, NG, KZ, DOT, FAST)
         else:
             m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_folded(
                 m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
