@@ -18,10 +18,12 @@ from aphrodite_int2kv.kernels.prefill import PREFILL_LAUNCHES, prefill_launch_co
 
 def test_the_h200_plans_what_it_always_planned():
     """Occupancy from registers and shared memory gives the H200 the tuned programs per SM at head_dim
-    128 and 256; at 64 the ten that fit at its 192 registers (16 were planned before the
-    ahead-of-time check measured them: 1.6 waves)."""
+    128 and 256 (one wave of the 16-row rows-on-M tile at 128, eight; two waves, 16, of the per-code
+    one); at 64 the ten that fit at its 192 registers (16 were planned before the ahead-of-time
+    check measured them: 1.6 waves)."""
     assert [programs_per_sm(64, 8, True), programs_per_sm(128, 8, True), programs_per_sm(128, 8, False),
-            programs_per_sm(128, 16, True), programs_per_sm(256, 8, True)] == [10, 12, 16, 16, 8]
+            programs_per_sm(128, 16, True), programs_per_sm(128, 16, False), programs_per_sm(256, 8, True),
+            programs_per_sm(256, 16, True)] == [10, 12, 16, 8, 16, 8, 8]
     # the large head tiles: 16 rows at head_dim 64 (237 registers), 32 rows in two warps at 128
     assert [programs_per_sm(64, 16, True), programs_per_sm(128, 32, True)] == [8, 4]
     assert all(prefill_launch_config(D, H200) == PREFILL_LAUNCHES[0] for D in (64, 128, 256))

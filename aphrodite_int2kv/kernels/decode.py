@@ -428,7 +428,7 @@ def block_h_for(ratio: int, head_dim: int) -> int:
     whole group fits (ratios 17..32: each page read once per KV head, in two-warp programs,
     split_warps). At head_dim 256 a one-warp 32-row tile spills 2552 B per thread, a 16-row one 520
     (benchmarks/sass_report.py, triton 3.9): two tiles of 16 there. At head_dim 64 the two-warp 32-row tile
-    spills on sm_120 (kernels/aot.py): tiles of 16. Timed: benchmarks/results/decode_gqa_d*_h200.json."""
+    spills on sm_120 (kernels/aot.py): tiles of 16. Timed: benchmarks/results/decode_gqa_d*_h{100,200}.json."""
     if ratio <= 8:
         return 8
     if ratio <= 16 or ratio > 32 or head_dim != 128:
