@@ -5,7 +5,7 @@
 
 capacity: docs/capacity.svg from benchmarks/results/kv_capacity_h200.json: the engine-reported KV capacity (GPU KV cache tokens at the benchmark's max_model_len) of each KV dtype as a multiple of bf16's on the same model, context and GPU share. Plain SVG, no plotting library.
 decode: docs/decode.svg from benchmarks/results/decode_attention_h200.json: int2 decode speedup over the fastest bf16 kernel (and over aphrodite's own bf16 Triton decode) by batch, one panel per head_dim x context. Plain SVG, no plotting library.
-gqa: docs/decode_gqa.svg from benchmarks/results/decode_gqa_d{128,256}_h100.json (--src with {D}): int2 decode speedup over the fastest bf16 by query-to-KV-head ratio and KV-head count.
+gqa: docs/decode_gqa.svg from benchmarks/results/decode_gqa_d{128,256}_h200.json (--src with {D}): int2 decode speedup over the fastest bf16 by query-to-KV-head ratio and KV-head count.
 dtypes: docs/dtypes.svg from benchmarks/results/engine_dtypes_smollm2_cpu.json and dtype_capacity_cpu.json: each engine KV dtype and int2 as a point, capacity vs bf16 (the engine's arithmetic, 8B-shaped, 32K) against the late-half perplexity increase on SmolLM2 / Moby-Dick (the CPU harness).
 quality: docs/quality.svg from benchmarks/results/quality_smollm2.json: perplexity increase vs full precision per scheme (log scale), full window and late half. Plain SVG, no plotting library.
 """
@@ -195,7 +195,7 @@ def plot_engine(src, out):
 
 
 def plot_gqa(src, out):
-    """docs/decode_gqa.svg from benchmarks/results/decode_gqa_d{128,256}_h100.json: the int2 decode's
+    """docs/decode_gqa.svg from benchmarks/results/decode_gqa_d{128,256}_h200.json: the int2 decode's
     speedup over the fastest bf16 kernel by query-to-KV-head ratio, one line per KV-head count, the
     lowest of 32K / 128K x batch 8 / 32, one panel per head_dim. Plain SVG, no plotting library."""
     panels = []
@@ -291,7 +291,7 @@ def plot_dtypes(src, out):
     open(out, "w").write("\n".join(svg) + "\n")
 
 
-PLOTS = {"dtypes": (plot_dtypes, "benchmarks/results/engine_dtypes_smollm2_cpu.json", "docs/dtypes.svg"), "capacity": (plot_capacity, "benchmarks/results/kv_capacity_h200.json", "docs/capacity.svg"), "decode": (plot_decode, "benchmarks/results/decode_attention_h200.json", "docs/decode.svg"), "quality": (plot_quality, "benchmarks/results/quality_smollm2.json", "docs/quality.svg"), "engine": (plot_engine, "benchmarks/results/engine_eval_smollm2_h200.json", "docs/quality_engine.svg"), "gqa": (plot_gqa, "benchmarks/results/decode_gqa_d{D}_h100.json", "docs/decode_gqa.svg")}
+PLOTS = {"dtypes": (plot_dtypes, "benchmarks/results/engine_dtypes_smollm2_cpu.json", "docs/dtypes.svg"), "capacity": (plot_capacity, "benchmarks/results/kv_capacity_h200.json", "docs/capacity.svg"), "decode": (plot_decode, "benchmarks/results/decode_attention_h200.json", "docs/decode.svg"), "quality": (plot_quality, "benchmarks/results/quality_smollm2.json", "docs/quality.svg"), "engine": (plot_engine, "benchmarks/results/engine_eval_smollm2_h200.json", "docs/quality_engine.svg"), "gqa": (plot_gqa, "benchmarks/results/decode_gqa_d{D}_h200.json", "docs/decode_gqa.svg")}
 
 
 def main():

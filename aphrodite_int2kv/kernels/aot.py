@@ -195,7 +195,7 @@ def engine_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list[Laun
                                       k_center=torch.zeros(batch, heads, D), window=w, limits=limits))
             # the occupancy the split count was planned for (decode.programs_per_sm)
             found[-2].budget = (split_registers(D, cfg.block_h, fold)[0],
-                                split_shared(D, G, cfg.block_n, cfg.num_stages))
+                                split_shared(D, G, cfg.block_n, cfg.num_stages, cfg.block_h))
         # prefill with and without the window, uniform and Lloyd-Max levels
         T = 64
         q = torch.zeros(T, hq, D, dtype=dt)

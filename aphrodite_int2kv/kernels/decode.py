@@ -493,10 +493,12 @@ def split_registers(head_dim: int, block_h: int, fold: bool) -> tuple[int, int]:
     return 255, 1
 
 
-def split_shared(head_dim: int, group_size: int, block_n: int, num_stages: int) -> int:
-    """Shared memory of one split program: its pipelined tiles of slots (the ahead-of-time check
-    fails where a compiled tile takes more)."""
-    return num_stages * block_n * slot_bytes(head_dim, group_size)
+def split_shared(head_dim: int, group_size: int, block_n: int, num_stages: int, block_h: int = 8) -> int:
+    """Shared memory of one split program: its pipelined tiles of slots, and 1 KB of scratch for a
+    two-warp program (the 32-row rows-on-M tile takes 512 B beyond its tiles at head_dim 128; the
+    ahead-of-time check fails where a compiled tile takes more than this)."""
+    scratch = 1024 if split_warps(head_dim, block_h) > 1 else 0
+    return num_stages * block_n * slot_bytes(head_dim, group_size) + scratch
 
 
 def split_block_n(head_dim: int) -> int:
@@ -528,7 +530,7 @@ def programs_per_sm(head_dim: int, block_h: int, fold: bool, limits: DeviceLimit
     otherwise), 8 at 256, 4 two-warp 32-row programs."""
     regs, waves = split_registers(head_dim, block_h, fold)
     smem = split_shared(head_dim, group_size or default_group_size(head_dim), block_n or split_block_n(head_dim),
-                        num_stages)
+                        num_stages, block_h)
     return waves * limits.resident(regs, split_warps(head_dim, block_h), smem)
 
 
