@@ -487,8 +487,8 @@ def split_registers(head_dim: int, block_h: int, fold: bool) -> tuple[int, int]:
         return (200, 1) if block_h <= 8 else (255, 1)
     if head_dim <= 128:
         # the 16-row rows-on-M tile (rows_on_m) takes 247: one wave of 8 (two waves of it, 16
-        # programs per multiprocessor, took 1.08-1.23x the time at ratios 12-16 with 1-2 KV heads:
-        # their partial results outweigh the balance, H100, benchmarks/decode_ab.py)
+        # programs per multiprocessor, took 1.02-1.28x the time at ratios 12-16 with 1-2 KV heads:
+        # twice the partial results to write and merge, H100, benchmarks/decode_ab.py)
         return (168, 1) if fold and block_h <= 8 else (255, 1) if fold else (255, 2)
     return 255, 1
 
@@ -585,10 +585,10 @@ def decode_launch_config(batch: int, num_kv_heads: int, ratio: int, head_dim: in
     # those keep one 4-warp program per row.
     merge = dict(merge_split=min(8, head_dim // 16), merge_warps=1) if batch * num_kv_heads * ratio <= 256 else {}
     # Head tiles of >= 16 rows (ratios above 8) at head_dim >= 128 take the folded tile with the
-    # query rows on the MMA's M (folded.int2_tile_rows): 0.78-0.93x the time of the rows-on-N tile at
-    # ratios 12-32 with 1-2 KV heads (H100, benchmarks/decode_ab.py, 32K / 128K, batch 8 / 32). At
-    # head_dim 256 its partial results go out as fp16 (0.89-0.97x again there: their bytes are a
-    # tenth of the pages' at 16 rows; at 128 it gained nothing).
+    # query rows on the MMA's M (folded.int2_tile_rows): with the launch below, 0.79-0.93x the time of
+    # the rows-on-N tile at ratios 12-32 with 1-2 KV heads (H100, benchmarks/decode_ab.py, 32K / 128K,
+    # batch 8 / 32). At head_dim 256 its partial results go out as fp16 (0.86-0.99x again there:
+    # 16 KB of fp32 per 16-row program; at 128 it gained nothing, 0.98-1.04x).
     rows = fold and block_h >= 16 and head_dim >= 128
     rows_kw = dict(rows_on_m=True, partial_dtype=torch.float16 if head_dim > 128 else torch.float32) if rows else {}
     if head_dim <= 128:

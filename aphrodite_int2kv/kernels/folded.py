@@ -456,7 +456,7 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, hea
     loads' latencies overlap). Returns the folded state (empty_pairs), or with ROWS_ON_M
     int2_tile_rows' in place of int2_tile_folded's (empty_rows: store_partial_pairs takes it transposed)."""
     qsums = query_sums(q0, q1, q2, q3, ROWS, W, G, NG)
-    KZ: tl.constexpr = 16 if 2 * NG <= 16 else 2 * NG    # the zero term's MMA contracts >= 16 columns
+    KZ: tl.constexpr = 16       # the zero term's MMA contracts 16 columns (>= 2 NG: NG <= 8)
     if ROWS_ON_M:
         qz = zero_query(qsums, ROWS, NG, KZ, DOT)
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_rows(ROWS, W, NG)
