@@ -308,6 +308,24 @@ def test_folded_decode_with_the_query_rows_on_m(D, G, Hq, Hkv, block_h, tile_maj
     torch.testing.assert_close(out.float(), ref, atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("D,G", [(128, 64), (128, 32), (256, 64), (256, 256), (64, 16)])
+def test_integer_dots_read_back_exactly_from_their_origin(D, G):
+    """int2_tile_rows starts each group's integer dot at origin_bits and reads it with one FADD
+    (dot_value): for every group (lifted ones carry 16 x the codes) the extreme dots |q| <= 127,
+    codes <= 3 over G columns come back exactly, in the codes' units."""
+    from aphrodite_int2kv.kernels.folded import _origin, lifted, origin_bits
+    W = D // 4
+    for g in range(D // G):
+        for fast in (False, True):
+            lift = 16 if fast and lifted(g, W, G) else 1
+            top = 127 * 3 * G
+            dots = torch.tensor([-top, -top + 1, -1, 0, 1, 7, top - 1, top], dtype=torch.int32)
+            bits = torch.tensor(origin_bits(g, W, G, fast), dtype=torch.int32) + lift * dots
+            value = bits.view(torch.float32) - _origin(g, W, G, fast)
+            assert torch.equal(value, dots.float()), (g, fast)
+    assert lifted(1, 32, 64) and not lifted(0, 32, 64)     # D 128, G 64: the second group is lifted
+
+
 def test_decode_partial_results_in_half_precision():
     """partial_dtype: the split programs' partial outputs in fp16 or bf16 (the merge reads them back
     into fp32) stay within the dtype's rounding of the reference; anything else is refused."""
