@@ -313,7 +313,7 @@ def test_integer_dots_read_back_exactly_from_their_origin(D, G):
     """int2_tile_rows starts each group's integer dot at origin_bits and reads it with one FADD
     (dot_value): for every group (lifted ones carry 16 x the codes) the extreme dots |q| <= 127,
     codes <= 3 over G columns come back exactly, in the codes' units."""
-    from aphrodite_int2kv.kernels.folded import _origin, lifted, origin_bits
+    from aphrodite_int2kv.kernels.folded import lifted, origin_bits, origin_value
     W = D // 4
     for g in range(D // G):
         for fast in (False, True):
@@ -321,7 +321,7 @@ def test_integer_dots_read_back_exactly_from_their_origin(D, G):
             top = 127 * 3 * G
             dots = torch.tensor([-top, -top + 1, -1, 0, 1, 7, top - 1, top], dtype=torch.int32)
             bits = torch.tensor(origin_bits(g, W, G, fast), dtype=torch.int32) + lift * dots
-            value = bits.view(torch.float32) - _origin(g, W, G, fast)
+            value = bits.view(torch.float32) - origin_value(g, W, G, fast)
             assert torch.equal(value, dots.float()), (g, fast)
     assert lifted(1, 32, 64) and not lifted(0, 32, 64)     # D 128, G 64: the second group is lifted
 

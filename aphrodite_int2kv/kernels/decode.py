@@ -493,7 +493,7 @@ def split_registers(head_dim: int, block_h: int, fold: bool) -> tuple[int, int]:
     return 255, 1
 
 
-def split_shared(head_dim: int, group_size: int, block_n: int, num_stages: int, block_h: int = 8) -> int:
+def split_shared(head_dim: int, group_size: int, block_n: int, num_stages: int, block_h: int) -> int:
     """Shared memory of one split program: its pipelined tiles of slots, and 1 KB of scratch for a
     two-warp program (the 32-row rows-on-M tile takes 512 B beyond its tiles at head_dim 128; the
     ahead-of-time check fails where a compiled tile takes more than this)."""

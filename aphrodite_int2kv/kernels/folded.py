@@ -111,27 +111,34 @@ def k_codes(kbytes, P: tl.constexpr, g: tl.constexpr, W: tl.constexpr, G: tl.con
 
 
 @triton.constexpr_function
-def origin_bits(g, W, G, FAST):
-    """The int32 that group g's integer dot accumulates from: the bits of the fp32 1.5 * 2**23,
-    whose unit in the last place is 1, or where the group is lifted (k_codes: its dot is 16 times
-    the codes') of 1.5 * 2**19, whose unit is 1/16. Adding the dot to the bits adds dot * unit to
-    the float, exactly, while the sum stays in the binade: |dot| < 2**22 (|dot| <= 127 * 3 * G * 16
-    < 2**21). dot_value then reads the dot with one FADD, for an integer conversion (and for a
-    lifted group the multiply by 1/16) per score and group: int2_tile_rows took 0.98-1.00x the
-    time with it at 16 and 32 query heads per KV head on an H100 (the folded tile's 8 rows were not
-    measured: it compiled to 6 more instructions and more spills per tile)."""
-    return 0x49400000 if FAST and lifted(g, W, G) else 0x4B400000
+def _origin_exponent(g, W, G, FAST):
+    """E of group g's origin, 1.5 * 2**E, whose unit in the last place is 2**(E - 23): 1 for a
+    plain dot, 1/16 for a lifted one (k_codes: its dot is 16 times the codes')."""
+    return 19 if FAST and lifted(g, W, G) else 23
 
 
 @triton.constexpr_function
-def _origin(g, W, G, FAST):
-    return 786432.0 if FAST and lifted(g, W, G) else 12582912.0
+def origin_bits(g, W, G, FAST):
+    """The int32 that group g's integer dot accumulates from: the bits of the fp32 1.5 * 2**E
+    (_origin_exponent). Adding the dot to the bits adds dot * unit to the float, exactly, while the
+    sum stays in the binade: |dot| < 2**22 (|dot| <= 127 * 3 * G * 16 < 2**21). dot_value then
+    reads the dot with one FADD, for an integer conversion (and for a lifted group the multiply by
+    1/16) per score and group: int2_tile_rows took 0.98-1.00x the time with it at 16 and 32 query
+    heads per KV head on an H100 (the folded tile's 8 rows were not measured: it compiled to 6
+    more instructions and more spills per tile)."""
+    return ((127 + _origin_exponent(g, W, G, FAST)) << 23) | (1 << 22)
+
+
+@triton.constexpr_function
+def origin_value(g, W, G, FAST):
+    """The fp32 whose bits are origin_bits(g, W, G, FAST)."""
+    return 1.5 * 2.0 ** _origin_exponent(g, W, G, FAST)
 
 
 @triton.jit
 def dot_value(dg, g: tl.constexpr, W: tl.constexpr, G: tl.constexpr, FAST: tl.constexpr):
     """Group g's integer dot, accumulated from origin_bits(g, ...), as fp32 in the codes' units."""
-    return dg.to(tl.float32, bitcast=True) - _origin(g, W, G, FAST)
+    return dg.to(tl.float32, bitcast=True) - origin_value(g, W, G, FAST)
 
 
 @triton.jit
