@@ -381,24 +381,10 @@ def _pv_any(acc, raw, pg, in_group, G: tl.constexpr, W: tl.constexpr, DOT: tl.co
 
 @triton.jit
 def empty_rows(ROWS: tl.constexpr, W: tl.constexpr, NG: tl.constexpr):
-    """empty_pairs for int2_tile_rows: m = -inf, eight zero accumulators [ROWS, W/2] and zs
-    [ROWS, 2 NG] (the V zero sums, then the row sums of p: int2_tile_rows, row_sums)."""
+    """empty_pairs for int2_tile_rows: eight zero accumulators [ROWS, W/2] and zs [ROWS, NG]."""
     z = tl.zeros([ROWS, W // 2], tl.float32)
-    return tl.full([ROWS], float("-inf"), tl.float32), z, z, z, z, z, z, z, z, tl.zeros([ROWS, 2 * NG], tl.float32)
-
-
-@triton.jit
-def zeros_and_ones(v_zero, N: tl.constexpr, NG: tl.constexpr, DOT: tl.constexpr):
-    """V's zeros [N, NG] with NG columns of ones after them, [N, 2 NG]."""
-    ones = tl.full([N, NG], 1.0, v_zero.dtype)
-    return tl.reshape(tl.permute(tl.join(v_zero, ones), (0, 2, 1)), [N, 2 * NG]).to(DOT)
-
-
-@triton.jit
-def row_sums(zs, ROWS: tl.constexpr, NG: tl.constexpr):
-    """zs [ROWS, 2 NG] -> (zs [ROWS, NG], l [ROWS])."""
-    z, ones = tl.split(tl.permute(tl.reshape(zs, [ROWS, 2, NG]), (0, 2, 1)))
-    return z, tl.max(ones, axis=1)
+    return (tl.full([ROWS], float("-inf"), tl.float32), tl.zeros([ROWS], tl.float32), z, z, z, z, z, z, z, z,
+            tl.zeros([ROWS, NG], tl.float32))
 
 
 @triton.jit
@@ -434,7 +420,7 @@ def zero_keys(k_zero, N: tl.constexpr, NG: tl.constexpr, KZ: tl.constexpr, DOT: 
 
 
 @triton.jit
-def int2_tile_rows(m_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qz, qscale,
+def int2_tile_rows(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qz, qscale,
                    kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, edge,
                    ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                    KZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
@@ -474,17 +460,18 @@ def int2_tile_rows(m_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qz, 
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
     p = tl.exp2(s * qscale[:, None] - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
     a = alpha[:, None]
     zs = zs * a
     e0, o0, e1, o1, e2, o2, e3, o3 = e0 * a, o0 * a, e1 * a, o1 * a, e2 * a, o2 * a, e3 * a, o3 * a
 
     p16 = p.to(DOT)
-    zs = tl.dot(p16, zeros_and_ones(v_zero, N, NG, DOT), zs)           # [ROWS, 2 NG]: sum_t p vz_g, sum_t p
+    zs = tl.dot(p16, v_zero.to(DOT), zs)                                # [ROWS, NG]: sum_t p vz_g
     for g in tl.static_range(NG):
         pg = p16 * column(v_scale, g, NG, N).to(DOT)[None, :]           # [ROWS, N]
         e0, o0, e1, o1, e2, o2, e3, o3 = pv_planes(e0, o0, e1, o1, e2, o2, e3, o3, pg, vwords, g, W, G, DOT,
                                                    FAST, True)
-    return m_new, e0, o0, e1, o1, e2, o2, e3, o3, zs
+    return m_new, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
 
 
 @triton.jit
@@ -503,8 +490,7 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, hea
     KZ: tl.constexpr = 16       # the zero term's MMA contracts 16 columns (>= 2 NG: NG <= 8)
     if ROWS_ON_M:
         qz = zero_query(qsums, ROWS, NG, KZ, DOT)
-        m_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_rows(ROWS, W, NG)
-        l_i = tl.zeros([ROWS], tl.float32)
+        m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_rows(ROWS, W, NG)
     else:
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_pairs(ROWS, W, NG)
     ar = tl.arange(0, N)
@@ -514,15 +500,13 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, hea
             BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, 2 if ROWS_ON_M else 1, ODD_SHIFT)
         if ROWS_ON_M:
             edge = (n0 < first) | (n0 + N > hi)      # a token of the tile lies outside the span
-            m_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_rows(
-                m_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qz, qscale,
+            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_rows(
+                m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qz, qscale,
                 kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, edge, ROWS, N, W, G, NG, KZ, DOT, FAST)
         else:
             m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_folded(
                 m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
                 kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
-    if ROWS_ON_M:
-        zs, l_i = row_sums(zs, ROWS, NG)
     return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
 
 
