@@ -420,7 +420,7 @@ def zero_keys(k_zero, N: tl.constexpr, NG: tl.constexpr, KZ: tl.constexpr, DOT: 
 
 
 @triton.jit
-def int2_tile_rows(m_i, ls, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qz, qscale,
+def int2_tile_rows(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qz, qscale,
                    kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, edge,
                    ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
                    KZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
@@ -460,19 +460,18 @@ def int2_tile_rows(m_i, ls, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, 
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp2(m_i - m_safe)
     p = tl.exp2(s * qscale[:, None] - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
     a = alpha[:, None]
     zs = zs * a
-    ls = ls * a
     e0, o0, e1, o1, e2, o2, e3, o3 = e0 * a, o0 * a, e1 * a, o1 * a, e2 * a, o2 * a, e3 * a, o3 * a
 
     p16 = p.to(DOT)
     zs = tl.dot(p16, v_zero.to(DOT), zs)                                # [ROWS, NG]: sum_t p vz_g
-    ls = tl.dot(p16, tl.full([N, 8], 1.0, DOT), ls)                     # [ROWS, 8]: sum_t p, each column
     for g in tl.static_range(NG):
         pg = p16 * column(v_scale, g, NG, N).to(DOT)[None, :]           # [ROWS, N]
         e0, o0, e1, o1, e2, o2, e3, o3 = pv_planes(e0, o0, e1, o1, e2, o2, e3, o3, pg, vwords, g, W, G, DOT,
                                                    FAST, True)
-    return m_new, ls, e0, o0, e1, o1, e2, o2, e3, o3, zs
+    return m_new, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
 
 
 @triton.jit
@@ -492,7 +491,6 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, hea
     if ROWS_ON_M:
         qz = zero_query(qsums, ROWS, NG, KZ, DOT)
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_rows(ROWS, W, NG)
-        ls = tl.zeros([ROWS, 8], tl.float32)
     else:
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_pairs(ROWS, W, NG)
     ar = tl.arange(0, N)
@@ -502,15 +500,13 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, hea
             BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, 2 if ROWS_ON_M else 1, ODD_SHIFT)
         if ROWS_ON_M:
             edge = (n0 < first) | (n0 + N > hi)      # a token of the tile lies outside the span
-            m_i, ls, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_rows(
-                m_i, ls, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qz, qscale,
+            m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_rows(
+                m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qz, qscale,
                 kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, edge, ROWS, N, W, G, NG, KZ, DOT, FAST)
         else:
             m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = int2_tile_folded(
                 m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3, qsums, qscale,
                 kbytes, vwords, k_scale, k_zero, v_scale, v_zero, nmask, ROWS, N, W, G, NG, DOT, FAST)
-    if ROWS_ON_M:
-        l_i = tl.max(ls, axis=1)
     return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
 
 
