@@ -475,78 +475,6 @@ def int2_tile_rows(m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs, q0, q1, q2, q3,
 
 
 @triton.jit
-def rows_scores(m_i, l_i, q0, q1, q2, q3, qz, qscale, kbytes, k_scale, k_zero, nmask, edge,
-                ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, G: tl.constexpr, NG: tl.constexpr,
-                KZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
-    """int2_tile_rows' scores and softmax: -> (m_new, l_new, alpha, p as DOT [ROWS, N])."""
-    kcols = tl.arange(0, W)
-    s = tl.dot(qz, tl.trans(zero_keys(k_zero, N, NG, KZ, DOT)))
-    for g in tl.static_range(NG):
-        dg = tl.full([ROWS, N], origin_bits(g, W, G, FAST), tl.int32)
-        for P in tl.static_range(4):
-            if _overlaps(P, g, W, G):
-                qp = _pick(P, q0, q1, q2, q3)
-                if G < W:
-                    qp = tl.where(_in_group(P * W + kcols, g, G)[None, :], qp, 0)
-                dg = tl.dot(qp, tl.trans(k_codes(kbytes, P, g, W, G, FAST)), dg, out_dtype=tl.int32)
-        ks = column(k_scale, g, NG, N).to(tl.float32)
-        s = s + ks[None, :] * dot_value(dg, g, W, G, FAST)
-    if edge:
-        s = tl.where(nmask[None, :], s, float("-inf"))
-    m_new = tl.maximum(m_i, qscale * tl.max(s, axis=1))
-    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-    alpha = tl.exp2(m_i - m_safe)
-    p = tl.exp2(s * qscale[:, None] - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    return m_new, l_i, alpha, p.to(DOT)
-
-
-@triton.jit
-def rows_pv(e0, o0, e1, o1, e2, o2, e3, o3, zs, p16, vwords, v_scale, v_zero, N: tl.constexpr, W: tl.constexpr,
-            G: tl.constexpr, NG: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
-    """int2_tile_rows' P.V: the accumulators plus p16 [ROWS, N] . V (no rescale)."""
-    zs = tl.dot(p16, v_zero.to(DOT), zs)
-    for g in tl.static_range(NG):
-        pg = p16 * column(v_scale, g, NG, N).to(DOT)[None, :]
-        e0, o0, e1, o1, e2, o2, e3, o3 = pv_planes(e0, o0, e1, o1, e2, o2, e3, o3, pg, vwords, g, W, G, DOT,
-                                                   FAST, True)
-    return e0, o0, e1, o1, e2, o2, e3, o3, zs
-
-
-@triton.jit
-def rows_span(q0, q1, q2, q3, qscale, qsums, lo, hi, first, page_next, table_row, head_off, stride_cb, stride_cs,
-              cache_u8, cache_f16, BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
-              G: tl.constexpr, NG: tl.constexpr, KZ: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr,
-              OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr,
-              TABLE_AHEAD: tl.constexpr, ODD_SHIFT: tl.constexpr):
-    """folded_span with int2_tile_rows, software-pipelined by one tile: each iteration adds the
-    previous tile's P.V while it computes its own scores."""
-    qz = zero_query(qsums, ROWS, NG, KZ, DOT)
-    m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_rows(ROWS, W, NG)
-    ar = tl.arange(0, N)
-    nmask, page_next, kbytes, vwords, k_scale, k_zero, v_scale, v_zero = load_tile(
-        lo, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
-        BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, 2, ODD_SHIFT)
-    m_i, l_i, alpha, p16 = rows_scores(m_i, l_i, q0, q1, q2, q3, qz, qscale, kbytes, k_scale, k_zero, nmask,
-                                       (lo < first) | (lo + N > hi), ROWS, N, W, G, NG, KZ, DOT, FAST)
-    for n0 in range(lo + N, hi, N):
-        nmask, page_next, kbytes, vnext, k_scale, k_zero, vs_next, vz_next = load_tile(
-            n0, page_next, ar, first, hi, table_row, head_off, stride_cb, stride_cs, cache_u8, cache_f16,
-            BLOCK_SIZE, N, W, NG, OFF_V, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, TABLE_AHEAD, 2, ODD_SHIFT)
-        m_i, l_i, alpha, p_next = rows_scores(m_i, l_i, q0, q1, q2, q3, qz, qscale, kbytes, k_scale, k_zero, nmask,
-                                              n0 + N > hi, ROWS, N, W, G, NG, KZ, DOT, FAST)
-        e0, o0, e1, o1, e2, o2, e3, o3, zs = rows_pv(e0, o0, e1, o1, e2, o2, e3, o3, zs, p16, vwords, v_scale,
-                                                     v_zero, N, W, G, NG, DOT, FAST)
-        a = alpha[:, None]
-        zs = zs * a
-        e0, o0, e1, o1, e2, o2, e3, o3 = e0 * a, o0 * a, e1 * a, o1 * a, e2 * a, o2 * a, e3 * a, o3 * a
-        p16, vwords, v_scale, v_zero = p_next, vnext, vs_next, vz_next
-    e0, o0, e1, o1, e2, o2, e3, o3, zs = rows_pv(e0, o0, e1, o1, e2, o2, e3, o3, zs, p16, vwords, v_scale, v_zero,
-                                                 N, W, G, NG, DOT, FAST)
-    return m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs
-
-
-@triton.jit
 def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, head_off, stride_cb, stride_cs,
                 cache_u8, cache_f16, BLOCK_SIZE: tl.constexpr, ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr,
                 G: tl.constexpr, NG: tl.constexpr, OFF_V: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
@@ -560,10 +488,6 @@ def folded_span(q0, q1, q2, q3, qscale, lo, hi, first, page_next, table_row, hea
     int2_tile_rows' in place of int2_tile_folded's (empty_rows: store_partial_pairs takes it transposed)."""
     qsums = query_sums(q0, q1, q2, q3, ROWS, W, G, NG)
     KZ: tl.constexpr = 16       # the zero term's MMA contracts 16 columns (>= 2 NG: NG <= 8)
-    if ROWS_ON_M:
-        return rows_span(q0, q1, q2, q3, qscale, qsums, lo, hi, first, page_next, table_row, head_off, stride_cb,
-                         stride_cs, cache_u8, cache_f16, BLOCK_SIZE, ROWS, N, W, G, NG, KZ, OFF_V, OFF_KS, OFF_KZ,
-                         OFF_VS, OFF_VZ, DOT, FAST, TABLE_AHEAD, ODD_SHIFT)
     if ROWS_ON_M:
         qz = zero_query(qsums, ROWS, NG, KZ, DOT)
         m_i, l_i, e0, o0, e1, o1, e2, o2, e3, o3, zs = empty_rows(ROWS, W, NG)
