@@ -140,56 +140,139 @@ def run(args) -> int:
 
 
 def add_longctx_parser(sub):
-    p = sub.add_parser("longctx", help="needle-among-distractors and recall-by-position checks: fp vs int2")
-    p.add_argument("--items", type=int, default=8, help="items per task")
-    p.add_argument("--schemes", default="standard", choices=["standard", "engine-dtypes"],
-                   help="'standard': int2 with and without the engine's settings, and KIVI; 'engine-dtypes': "
-                        "the engine's own KV dtypes rebuilt beside int2's default (as eval --schemes)")
+    p = sub.add_parser("longctx", help="long-context quality far from the recent window: copy test, far perplexity, "
+                                       "pass keys (teacher-forced; fp vs each KV scheme)")
+    p.add_argument("--schemes", default="candidates", choices=["candidates", "sweep", "engine-dtypes"],
+                   help="'candidates': the formats compared for long contexts (docs/quality.md); 'sweep': every "
+                        "variant of the design study (a GPU helps); 'engine-dtypes': the engine's own KV dtypes "
+                        "rebuilt beside int2's default")
+    p.add_argument("--only", default="", help="comma-separated substrings: keep the schemes whose name has one (fp is "
+                                              "always kept)")
+    p.add_argument("--distances", default="1024,3072,6144", help="copy test: tokens between the two copies")
+    p.add_argument("--passages", type=int, default=2, help="copy test: passages per distance")
+    p.add_argument("--far", default="4096:moby-dick,4096:sotu,8192:moby-dick",
+                   help="far perplexity windows as TOKENS:TEXT, scored on their second half")
+    p.add_argument("--passkeys", default="4096:0.1,0.3,0.5,0.7,0.9",
+                   help="pass keys as CONTEXT:DEPTH,DEPTH,... (several contexts separated by '/'); empty = none")
+    p.add_argument("--device", default="cpu", help="torch device for the forward (cpu, cuda): the same fp32 arithmetic")
     p.add_argument("--json", default=None)
     p.set_defaults(func=run_longctx)
 
 
+def _longctx_items(tok, args):
+    from aphrodite_int2kv.quality import longctx
+
+    texts = {}
+
+    def ids(name):
+        if name not in texts:
+            texts[name] = longctx.text_ids(tok, name)
+        return texts[name]
+
+    items = longctx.copy_items(ids("moby-dick"), [int(d) for d in args.distances.split(",") if d], args.passages)
+    for spec in filter(None, args.far.split(",")):
+        n, name = spec.split(":")
+        items += longctx.far_windows(ids(name), name, int(n), 1, start=len(ids(name)) // 3)
+    for spec in filter(None, args.passkeys.split("/")):
+        context, depths = spec.split(":")
+        items += longctx.passkey_items(tok, int(context), [float(x) for x in depths.split(",")])
+    return items
+
+
+def summarize_longctx(scheme_rows, fp_rows):
+    """Per task (the label before '@', with the distance or window): the measured figures, pass keys
+    counted only where full precision is right."""
+    out = {}
+    for r, f in zip(scheme_rows, fp_rows):
+        task = r["label"].split("@")[0] if r["label"].startswith("passkey") else r["label"]
+        a = out.setdefault(task, dict(n=0, top1=0, nll=0.0, fp_nll=0.0, kl=0.0, items=0, fp_right=0, right=0))
+        a["n"] += r["n"]
+        a["top1"] += r["top1"]
+        a["nll"] += r["nll"]
+        a["fp_nll"] += f["nll"]
+        a["kl"] += r.get("kl", 0.0)
+        a["items"] += 1
+        a["fp_right"] += f["exact"]
+        a["right"] += f["exact"] and r["exact"]
+    res = {}
+    for task, a in out.items():
+        if task.startswith("copy"):
+            res[task] = dict(top1=a["top1"] / a["n"], nll=a["nll"] / a["n"], tokens=a["n"])
+        elif task.startswith("far"):
+            res[task] = dict(ppl=math.exp(a["nll"] / a["n"]), rel=math.exp((a["nll"] - a["fp_nll"]) / a["n"]) - 1,
+                             kl=a["kl"] / a["n"], tokens=a["n"])
+        else:
+            res[task] = dict(right=a["right"], fp_right=a["fp_right"], items=a["items"])
+    return res
+
+
 def run_longctx(args) -> int:
+    import torch
+
     from aphrodite_int2kv.quality import assets, longctx, smollm
-    from aphrodite_int2kv.quality.schemes import KVTransform, Scheme, attention_fn, engine_dtype_schemes
+    from aphrodite_int2kv.quality.schemes import KVTransform, attention_fn, engine_dtype_schemes, longctx_schemes
 
     cfg, sd, tok = smollm.load(assets.model_path())
-    items = longctx.needle_items(args.items, 48) + longctx.position_items(args.items, 6, 8)
-    if args.schemes == "engine-dtypes":
-        schemes = engine_dtype_schemes()     # fp first
-    else:
-        schemes = [Scheme("fp", "fp"), Scheme("int2 hadamard G32", "int2"),
-                   Scheme("int2 hadamard G32 + sink4 + recent128 + K-center", "int2", sink=4, recent=128,
-                          center=True),
-                   Scheme("kivi 2-bit + recent 128", "kivi", recent=128)]
-    attn = {s.name: attention_fn(s, KVTransform(s, cfg.head_dim, cfg.n_kv_heads, cfg.n_layers), cfg.head_dim ** -0.5)
-            for s in schemes}
-    t0 = time.time()
-    fp_ok = []
-    for i, (task, prompt, truth) in enumerate(items):
-        _progress(i, len(items), f"fp: {task}", t0)
-        got = longctx.answer(cfg, sd, tok, prompt, attn["fp"])
-        fp_ok.append(got == truth)
-    kept = [it for it, ok in zip(items, fp_ok) if ok]
-    rows = [dict(scheme="fp", task="all", items=len(items), solved_by_fp=len(kept))]
-    results = {s.name: [] for s in schemes[1:]}
-    n = len(kept) * len(results)
-    for j, (task, prompt, truth) in enumerate(kept):
-        for k, name in enumerate(results):
-            _progress(j * len(results) + k, n, f"{name}: {task}", t0)
-            results[name].append((task, longctx.answer(cfg, sd, tok, prompt, attn[name]) == truth))
+    if args.device != "cpu":
+        torch.set_default_device(args.device)
+        sd = {k: v.to(args.device) for k, v in sd.items()}
+    schemes = longctx_schemes(args.schemes == "sweep") if args.schemes != "engine-dtypes" else engine_dtype_schemes()
+    if args.only:
+        keys = args.only.split(",")
+        schemes = [s for s in schemes if s.kind == "fp" or any(k in s.name for k in keys)]
+    items = _longctx_items(tok, args)
+    longest = max(len(seq) for _, seq, _, _ in items)
+    t0, rows, fp = time.time(), [], None
+    total = len(schemes) * len(items)
+    for si, scheme in enumerate(schemes):
+        attn = attention_fn(scheme, KVTransform(scheme, cfg.head_dim, cfg.n_kv_heads, cfg.n_layers), cfg.head_dim ** -0.5)
+        res = longctx.score_items(cfg, sd, items, attn, reference=fp,
+                                  progress=lambda i, label: _progress(si * len(items) + i, total,
+                                                                      f"{scheme.name[:30]} {label}", t0))
+        if fp is None:
+            fp = res
+        row = dict(scheme=scheme.name, **({"kv_cache_dtype": scheme.engine_dtype} if scheme.engine_dtype else {}),
+                   bits_at_context=round(scheme.bits_per_element(cfg.head_dim, context=longest, layers=cfg.n_layers), 3),
+                   bits_32k=round(scheme.bits_per_element(cfg.head_dim, context=32768, layers=cfg.n_layers), 3),
+                   bits_32k_d128=round(scheme.bits_per_element(128, context=32768), 3),
+                   tasks=summarize_longctx(res, fp))
+        rows.append(row)
+        if args.json:   # rows as they come: a long run keeps what it measured
+            with open(args.json, "w") as f:
+                json.dump(dict(context=longest, command="aphrodite-int2kv longctx " + " ".join(sys.argv[2:]),
+                               env=_env(args.device), rows=rows), f, indent=1)
+    _progress(total, total, "done", t0)
     sys.stderr.write("\n")
-    print(f"items the full-precision model solves: {len(kept)} of {len(items)} "
-          f"(needle {sum(1 for t, *_ in kept if t == 'needle')}, position {sum(1 for t, *_ in kept if t == 'position')})")
-    print(f"{'scheme':<52} {'needle':>8} {'position':>9} {'agree w/ fp':>12}")
-    for name, res in results.items():
-        by = {t: [ok for tt, ok in res if tt == t] for t in ("needle", "position")}
-        agree = sum(ok for _, ok in res)
-        print(f"{name:<52} {sum(by['needle']):>3}/{len(by['needle']):<4} {sum(by['position']):>4}/{len(by['position']):<4} "
-              f"{agree:>5}/{len(res)}")
-        for t in ("needle", "position"):
-            rows.append(dict(scheme=name, task=t, items=len(by[t]), agree_with_fp=sum(by[t])))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    print_longctx(rows)
     return 0
+
+
+def _env(device: str) -> dict:
+    import datetime
+    import platform
+
+    import torch
+
+    where = torch.cuda.get_device_name() if device.startswith("cuda") else f"cpu ({platform.processor() or 'x86_64'})"
+    return dict(device=where, torch=torch.__version__, python=platform.python_version(),
+                date=datetime.date.today().isoformat())
+
+
+def print_longctx(rows):
+    tasks = list(rows[0]["tasks"])
+    head = [t.replace("copy@", "copy ").replace(":moby-dick", " MD").replace(":sotu", " SOTU") for t in tasks]
+    print(f"{'scheme':<56} {'b@ctx':>6} {'b@32K':>6} {'D128':>5} " + " ".join(f"{h:>13}" for h in head))
+    for r in rows:
+        cells = []
+        for t in tasks:
+            m = r["tasks"][t]
+            if t.startswith("copy"):
+                cells.append(f"{100 * m['top1']:>12.1f}%")
+            elif t.startswith("far"):
+                cells.append(f"{100 * m['rel']:>+12.1f}%")
+            else:
+                cells.append(f"{m['right']:>9}/{m['fp_right']:<3}")
+        print(f"{r['scheme'][:56]:<56} {r['bits_at_context']:>6.2f} {r['bits_32k']:>6.2f} {r['bits_32k_d128']:>5.2f} "
+              + " ".join(cells))
+    print("copy: top-1 on the repeat; far: perplexity vs fp over each window's second half; "
+          "passkey: right where fp is right")

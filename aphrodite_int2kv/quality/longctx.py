@@ -69,3 +69,102 @@ def answer(cfg, sd, tok, prompt: str, attention, max_new: int = 6) -> str:
         out.append(int(logits[-1].argmax()))
     m = re.search(r"\d+", tok.decode(out))
     return m.group(0) if m else ""
+
+
+# --- The long-context suite (`aphrodite-int2kv longctx`): teacher-forced, one forward per item ---
+#
+# Every item is one token sequence and the positions it is scored on. A greedy answer equals the
+# truth's tokens exactly when every one of them is the argmax under teacher forcing, so one
+# forward scores a recall item as greedy decoding would (a different tokenization of the same
+# text aside).
+
+PASSKEY = "The pass key is {key}. Remember it. {key} is the pass key."
+# the filler of the usual pass-key test: repetitive, so that the key is the one thing to recall
+PASSKEY_FILLER = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+
+
+def text_ids(tok, name: str) -> list[int]:
+    from aphrodite_int2kv.quality import assets
+
+    with open(assets.text_path(name), encoding="utf-8") as f:
+        return tok.encode(f.read()).ids
+
+
+def copy_items(ids: list[int], distances, passages: int = 2, length: int = 256, lead: int = 256,
+               skip: int = 8, passage_start: int = 200_000, filler_start: int = 20_000):
+    """A passage P of `length` tokens, then other text, then P again, its second copy starting
+    `distance` tokens after the first; scored on the second copy's tokens skip..length-1 (the
+    first few need a moment to be recognised as a copy). Passages and filler come from regions of
+    the text disjoint from each other and from `eval`'s windows. -> [(label, ids, rows, targets)]"""
+    items = []
+    for p in range(passages):
+        a = passage_start + p * 4 * length
+        passage = ids[a:a + length]
+        for d in distances:
+            if d < length:
+                raise ValueError(f"copy test: distance {d} is shorter than the passage ({length} tokens)")
+            f0 = filler_start + p * 8192
+            seq = ids[f0:f0 + lead] + passage + ids[f0 + lead:f0 + lead + d - length] + passage
+            second = lead + d
+            targets = torch.arange(second + skip, second + length)
+            items.append((f"copy@{d}", torch.tensor(seq), targets - 1, torch.tensor(seq)[targets]))
+    return items
+
+
+def passkey_items(tok, context: int, depths, seed: int = 3):
+    """A 5-digit pass key stated once at `depth` (fraction of the context) inside repeated filler,
+    asked for at the end. Scored on the answer's tokens."""
+    rng = random.Random(seed)
+    unit = tok.encode(PASSKEY_FILLER).ids
+    ids = unit * (2 * context // len(unit) + 2)
+    items = []
+    for i, depth in enumerate(depths):
+        key = rng.randint(10000, 99999)
+        needle = tok.encode(" " + PASSKEY.format(key=key) + " ").ids
+        question = tok.encode("\n\nWhat is the pass key? The pass key is").ids
+        answer = tok.encode(f" {key}").ids
+        if not tok.decode(answer[:1]).strip():   # a lone space token: part of the question, not the answer
+            question, answer = question + answer[:1], answer[1:]
+        n = context - len(needle) - len(question) - len(answer)
+        at = int(n * depth) // len(unit) * len(unit)      # on a sentence boundary
+        seq = ids[:at] + needle + ids[at:n] + question + answer
+        targets = torch.arange(len(seq) - len(answer), len(seq))
+        items.append((f"passkey{context}@{depth:.2f}", torch.tensor(seq), targets - 1, torch.tensor(seq)[targets]))
+    return items
+
+
+def far_windows(ids: list[int], name: str, tokens: int, count: int, start: int):
+    """`count` windows of `tokens` tokens; scored on positions tokens/2 .. tokens-1, which sit at
+    least tokens/2 from the window's start (far from any recent window for most of their cache)."""
+    items = []
+    for w in range(count):
+        a = start + w * tokens
+        if a + tokens > len(ids):
+            raise ValueError(f"far perplexity: {name} has {len(ids)} tokens, too few for {count} windows of "
+                             f"{tokens} from {start}")
+        seq = torch.tensor(ids[a:a + tokens])
+        targets = torch.arange(tokens // 2, tokens)
+        items.append((f"far@{tokens}:{name}", seq, targets - 1, seq[targets]))
+    return items
+
+
+def score_items(cfg, sd, items, attention, reference=None, progress=None):
+    """-> one dict per item: top-1 hits, NLL sum, all-correct flag, and (given the full-precision
+    log-probs of the same item in `reference`) the KL from full precision; also the log-probs, kept
+    for later rows to compare against."""
+    from aphrodite_int2kv.quality import smollm
+
+    out = []
+    for i, (label, seq, rows, targets) in enumerate(items):
+        if progress:
+            progress(i, label)
+        logp = smollm.forward(cfg, sd, seq, attention, rows=rows).log_softmax(-1)
+        r = dict(label=label, n=len(targets), top1=int((logp.argmax(-1) == targets).sum()),
+                 nll=float(-logp.gather(1, targets[:, None]).sum()),
+                 exact=bool((logp.argmax(-1) == targets).all()))
+        if reference is not None:
+            ref = reference[i]["logp"].float()
+            r["kl"] = float((ref.exp() * (ref - logp)).sum())
+        r["logp"] = logp.half()
+        out.append(r)
+    return out

@@ -9,6 +9,7 @@ import dataclasses
 
 import torch
 
+from aphrodite_int2kv.int2 import tiles
 from aphrodite_int2kv.int2.format import SlotLayout
 from aphrodite_int2kv.int2.quantizer import decode_slots, encode_slots
 from aphrodite_int2kv.int2.reference import query_codes, rotate
@@ -18,7 +19,7 @@ from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
 @dataclasses.dataclass(frozen=True)
 class Scheme:
     name: str
-    kind: str                    # fp | int2 | naive | kivi | fp8 | int4 | turboquant | int8_pth | fp8_pth
+    kind: str                    # fp | int2 | naive | kivi | fp8 | int4 | turboquant | int8_pth | fp8_pth | tiles
     group_size: int = 32
     k_rotation: str = "hadamard"  # hadamard | none | a rotation file (int2 only)
     v_rotation: str = "hadamard"
@@ -40,6 +41,12 @@ class Scheme:
     norm_correction: bool = False  # rescale the decoded unit key to norm 1 before un-rotating
     boundary: int = 0            # first and last N layers kept in full precision
     engine_dtype: str = ""       # the engine's --kv-cache-dtype this row stands for (engine_dtype_schemes)
+    # tiles (int2/tiles.py): K in channel tiles of `tile` tokens with k_bits, V in per-token groups
+    # of group_size with v_bits (std levels) or, with v_tiles, in channel tiles too. A tile is
+    # quantized once it has left the recent window whole: until then it is read in full precision.
+    tile: int = 32
+    norm_balance: bool = True
+    v_tiles: bool = False
 
     def bits_per_element(self, head_dim: int, context: int = 32768, layers: int = 0) -> float:
         """Stored bits per K/V element, averaged over K and V, the window and (given `layers`) the
@@ -52,9 +59,15 @@ class Scheme:
         if self.kind == "turboquant":   # key: codes + fp16 norm (fp8: none); value: codes + fp16 scale, zero
             key = 8.0 if self.k_bits == 8 else self.k_bits + 16 / head_dim
             base = (key + self.v_bits + 32 / head_dim) / 2
+        window = self.recent + self.sink
+        if self.kind == "tiles":        # the window also stages the tile being filled
+            key = tiles.channel_tile_bits(self.k_bits, self.tile, head_dim, self.norm_balance)
+            value = (tiles.channel_tile_bits(self.v_bits, self.tile, head_dim, self.norm_balance) if self.v_tiles
+                     else tiles.token_group_bits(self.v_bits, self.group_size))
+            base, window = (key + value) / 2, window + self.tile
         if base is None:  # ours: the slot format, padding included
             base = SlotLayout(head_dim, self.group_size).bits_per_element()
-        window = min(context, self.recent + self.sink)
+        window = min(context, window)
         bits = (base * (context - window) + 16 * window) / context
         if layers and self.boundary:
             full = min(layers, 2 * self.boundary)
@@ -167,6 +180,13 @@ class KVTransform:
             if layer < s.boundary or layer >= self.layers - s.boundary:
                 return k, v
             return _turboquant(k, v, s, self.D)
+        if s.kind == "tiles":
+            H = hadamard(self.D)
+            sinks = torch.arange(k.shape[0]) < s.sink
+            kq = tiles.channel_tiles(k @ H, s.tile, s.k_bits, s.norm_balance, exclude=sinks)
+            vq = (tiles.channel_tiles(v @ H, s.tile, s.v_bits, s.norm_balance, exclude=sinks) if s.v_tiles
+                  else tiles.token_groups(v @ H, s.group_size, s.v_bits))
+            return kq @ H.T, vq @ H.T
         if s.kind in ("int8_pth", "fp8_pth"):
             return _per_token_head(k, s.kind), _per_token_head(v, s.kind)
         if s.kind == "fp8":
@@ -226,29 +246,51 @@ class KVTransform:
         return q_hat.transpose(0, 1) @ kc.transpose(1, 2) + (q * off).sum(-1).transpose(0, 1)[..., None]
 
 
+def full_precision_mask(scheme: Scheme, t: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    """Which keys j each query t reads in full precision: the sinks, the recent window (for
+    `tiles`, every tile not yet wholly out of it), KIVI's block being filled."""
+    full = (j > t - scheme.recent) | (j < scheme.sink)
+    if scheme.kind == "tiles":
+        full = full | ((j // scheme.tile + 1) * scheme.tile + scheme.recent - 1 > t)
+    if scheme.kind == "kivi":   # KIVI keeps the block still being filled in full precision
+        full = full | (j // 32 == t // 32)
+    return full
+
+
+QUERY_CHUNK = 512   # query rows per step: bounds the score matrix at long contexts
+
+
 def attention_fn(scheme: Scheme, transform: KVTransform, sm_scale: float):
     """Causal attention where query t reads full-precision K/V for keys in its sink/recent window
-    and the scheme's reconstruction elsewhere (a streaming cache, simulated over the window)."""
+    and the scheme's reconstruction elsewhere (a streaming cache, simulated over the window).
+    Queries go in chunks; full-precision scores are computed only for the columns some query of
+    the chunk reads in full precision."""
 
     def attn(layer, q, k, v):
         T, Hq, D = q.shape
         ratio = Hq // k.shape[1]
         kq, vq = transform(layer, k, v)
-        qh = q.transpose(0, 1)                                            # [Hq, T, D]
-        kf, vf = (x.repeat_interleave(ratio, 1).transpose(0, 1) for x in (k, v))
-        kqh, vqh = (x.repeat_interleave(ratio, 1).transpose(0, 1) for x in (kq, vq))
-        t = torch.arange(T)[:, None]
-        j = torch.arange(T)[None, :]
-        full = (j > t - scheme.recent) | (j < scheme.sink)                 # [T, T]
-        if scheme.kind == "kivi":   # KIVI keeps the block still being filled in full precision
-            full = full | (j // 32 == t // 32)
-        s_int2 = qh @ kqh.transpose(1, 2)
-        if scheme.query_codes and scheme.kind == "int2":   # the first center_skip keys: the tail's, exact q
-            first = scheme.center_skip if scheme.center else 0
-            s_int2 = torch.where(j >= first, transform.folded_scores(layer, q, kq, sm_scale), s_int2)
-        s = torch.where(full, qh @ kf.transpose(1, 2), s_int2) * sm_scale
-        p = s.masked_fill(j > t, float("-inf")).softmax(-1)
-        out = (p * full) @ vf + (p * ~full) @ vqh
+        kf, vf, kqh, vqh = (x.repeat_interleave(ratio, 1).transpose(0, 1) for x in (k, v, kq, vq))
+        first = scheme.center_skip if scheme.center else 0
+        out = torch.empty(Hq, T, D)
+        for a in range(0, T, QUERY_CHUNK):
+            b = min(T, a + QUERY_CHUNK)
+            qh = q[a:b].transpose(0, 1)                                   # [Hq, t, D]
+            t = torch.arange(a, b)[:, None]
+            j = torch.arange(b)[None, :]
+            s = qh @ kqh[:, :b].transpose(1, 2)
+            if scheme.query_codes and scheme.kind == "int2":   # the first center_skip keys: the tail's, exact q
+                s = torch.where(j >= first, transform.folded_scores(layer, q[a:b], kq[:b], sm_scale), s)
+            full = full_precision_mask(scheme, t, j) if scheme.kind != "fp" else torch.zeros(b - a, b, dtype=torch.bool)
+            cols = full.any(0).nonzero().squeeze(1)
+            f = full[:, cols]
+            if cols.numel():
+                s[:, :, cols] = torch.where(f, qh @ kf[:, cols].transpose(1, 2), s[:, :, cols])
+            p = (s * sm_scale).masked_fill(j > t, float("-inf")).softmax(-1)
+            o = p @ vqh[:, :b]
+            if cols.numel():
+                o += (p[:, :, cols] * f) @ (vf[:, cols] - vqh[:, cols])
+            out[:, a:b] = o
         return out.transpose(0, 1)
 
     return attn
@@ -299,3 +341,32 @@ def standard_schemes():
         dataclasses.replace(engine_default_scheme(), name="engine default, decode's int8 query",
                             query_codes=True),
     ]
+
+
+def longctx_schemes(sweep: bool = False):
+    """The rows of `aphrodite-int2kv longctx`: the references, today's int2 default, and the
+    token-tile formats (int2/tiles.py) the long-context measurements choose between; `sweep` adds
+    every variant of the design study (tile length, bits, norm balancing, sinks, V layout)."""
+    def tiles(k_bits, v_bits, tile=32, sink=4, **kw):
+        extra = "".join(f" {k}={v}" for k, v in kw.items())
+        return Scheme(f"tiles K{k_bits} V{v_bits} tile{tile}{extra} + sink{sink} + recent128", "tiles",
+                      k_bits=k_bits, v_bits=v_bits, tile=tile, sink=sink, recent=128, **kw)
+
+    rows = [Scheme("fp", "fp"), Scheme("fp8 e4m3 per-head", "fp8"), engine_default_scheme(),
+            Scheme("kivi 2-bit + recent 128", "kivi", recent=128),
+            tiles(2, 2), tiles(2, 2, norm_balance=False), tiles(3, 2), tiles(3, 3), tiles(4, 2),
+            tiles(3, 2, tile=64), tiles(2, 2, v_tiles=True)]
+    if sweep:
+        rows += [Scheme("int4 hadamard G32 + recent128", "int4", recent=128),
+                 tiles(2, 2, sink=0), tiles(2, 2, sink=16), tiles(2, 2, tile=64), tiles(2, 2, tile=128),
+                 tiles(2, 3), tiles(2, 4), tiles(3, 4), tiles(4, 4), tiles(4, 3),
+                 tiles(3, 3, tile=64), tiles(3, 3, tile=128), tiles(3, 2, tile=128), tiles(4, 2, tile=128),
+                 tiles(4, 3, tile=128), tiles(3, 2, group_size=64), tiles(3, 3, group_size=64),
+                 tiles(3, 3, tile=128, group_size=64), tiles(3, 2, v_tiles=True), tiles(3, 3, v_tiles=True),
+                 tiles(3, 3, norm_balance=False),
+                 tiles(2, 2, tile=128, v_tiles=True), tiles(3, 2, tile=64, v_tiles=True),
+                 tiles(3, 2, tile=128, v_tiles=True), tiles(3, 2, tile=128, sink=0, v_tiles=True),
+                 tiles(3, 2, tile=256, v_tiles=True), tiles(3, 3, tile=128, v_tiles=True),
+                 tiles(4, 2, tile=128, v_tiles=True), tiles(4, 2, tile=256, v_tiles=True),
+                 tiles(3, 2, tile=128, group_size=64)]
+    return rows

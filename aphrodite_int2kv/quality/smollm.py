@@ -83,8 +83,9 @@ def _rope(x, cos, sin):
 
 
 @torch.no_grad()
-def forward(cfg: LlamaConfig, sd, ids: torch.Tensor, attention) -> torch.Tensor:
-    """Logits [T, vocab] for token ids [T] (one sequence, no BOS).
+def forward(cfg: LlamaConfig, sd, ids: torch.Tensor, attention, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Logits [T, vocab] for token ids [T] (one sequence, no BOS); only positions `rows` (an index
+    tensor) if given, which saves the output head's work on long sequences.
 
     attention(layer, q, k, v) -> out: q [T, Hq, D], k/v [T, Hkv, D] post-RoPE fp32; causal
     attention is the callee's job (that is where KV schemes differ)."""
@@ -107,6 +108,6 @@ def forward(cfg: LlamaConfig, sd, ids: torch.Tensor, attention) -> torch.Tensor:
         h = _rms(x, sd[p + "ffn_norm.weight"], cfg.eps)
         x = x + (torch.nn.functional.silu(h @ sd[p + "ffn_gate.weight"].T) * (h @ sd[p + "ffn_up.weight"].T)) \
             @ sd[p + "ffn_down.weight"].T
-    x = _rms(x, sd["output_norm.weight"], cfg.eps)
+    x = _rms(x if rows is None else x[rows], sd["output_norm.weight"], cfg.eps)
     head = sd.get("output.weight", sd["token_embd.weight"])
     return x @ head.T
