@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """The plots in docs/, as plain SVG (no plotting library), from the result files.
 
-  python3 benchmarks/plots.py {capacity,decode,quality,engine,gqa,dtypes,all} [--src FILE] [--out FILE]
+  python3 benchmarks/plots.py {capacity,decode,quality,engine,gqa,dtypes,longctx,all} [--src FILE] [--out FILE]
 
 capacity: docs/capacity.svg from benchmarks/results/kv_capacity_h200.json: the engine-reported KV capacity (GPU KV cache tokens at the benchmark's max_model_len) of each KV dtype as a multiple of bf16's on the same model, context and GPU share. Plain SVG, no plotting library.
 decode: docs/decode.svg from benchmarks/results/decode_attention_h200.json: int2 decode speedup over the fastest bf16 kernel (and over aphrodite's own bf16 Triton decode) by batch, one panel per head_dim x context. Plain SVG, no plotting library.
 gqa: docs/decode_gqa.svg from benchmarks/results/decode_gqa_d{128,256}_h200.json (--src with {D}): int2 decode speedup over the fastest bf16 by query-to-KV-head ratio and KV-head count.
 dtypes: docs/dtypes.svg from benchmarks/results/engine_dtypes_smollm2_cpu.json and dtype_capacity_cpu.json: each engine KV dtype and int2 as a point, capacity vs bf16 (the engine's arithmetic, 8B-shaped, 32K) against the late-half perplexity increase on SmolLM2 / Moby-Dick (the CPU harness).
+longctx: docs/longctx.svg from benchmarks/results/longctx/longctx_decision_h100.json: each KV scheme as a point, capacity vs bf16 (bits per element at head_dim 128 and 32K, the window counted) against the copy test's top-1 at 3K tokens (SmolLM2, the harness).
 quality: docs/quality.svg from benchmarks/results/quality_smollm2.json: perplexity increase vs full precision per scheme (log scale), full window and late half. Plain SVG, no plotting library.
 """
 
@@ -291,7 +292,55 @@ def plot_dtypes(src, out):
     open(out, "w").write("\n".join(svg) + "\n")
 
 
-PLOTS = {"dtypes": (plot_dtypes, "benchmarks/results/engine_dtypes_smollm2_cpu.json", "docs/dtypes.svg"), "capacity": (plot_capacity, "benchmarks/results/kv_capacity_h200.json", "docs/capacity.svg"), "decode": (plot_decode, "benchmarks/results/decode_attention_h200.json", "docs/decode.svg"), "quality": (plot_quality, "benchmarks/results/quality_smollm2.json", "docs/quality.svg"), "engine": (plot_engine, "benchmarks/results/engine_eval_smollm2_h200.json", "docs/quality_engine.svg"), "gqa": (plot_gqa, "benchmarks/results/decode_gqa_d{D}_h200.json", "docs/decode_gqa.svg")}
+def plot_longctx(src, out):
+    """docs/longctx.svg: capacity against copy accuracy far from the window (module docstring)."""
+    rows = json.load(open(src))["rows"]
+    fp = next(r for r in rows if r["scheme"] == "fp")["tasks"]["copy@3072"]["top1"] * 100
+    points = []
+    for r in rows:
+        if r["scheme"] == "fp":
+            continue
+        name = r["scheme"].replace(" + sink4 + recent128", "").replace(" v_tiles=True", " V-tiles")
+        name = name.replace("engine default: int2 hadamard G32 std-range + recent128 + data-free K-center 16",
+                            "int2 today (engine default)").replace("group_size=", "G")
+        points.append((name, 16 / r["bits_32k_d128"], 100 * r["tasks"]["copy@3072"]["top1"]))
+    points.sort(key=lambda p: (-p[2]))
+    W, H, left, bottom, top, plot_w = 1040, 560, 70, 50, 40, 560
+    lo, hi = 50, 95
+
+    def x(v):
+        return left + (v - 1) / 6 * plot_w
+
+    def y(pct):
+        return top + (hi - pct) / (hi - lo) * (H - top - bottom)
+
+    svg = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+           '<text x="10" y="20" font-size="14">Copy test at 3K tokens (SmolLM2-135M, top-1 on the repeat) against '
+           'capacity vs bf16 (bits at head_dim 128, 32K, window counted)</text>']
+    for tick in range(1, 8):
+        svg.append(f'<line x1="{x(tick):.1f}" y1="{top}" x2="{x(tick):.1f}" y2="{H - bottom}" stroke="#ddd"/>'
+                   f'<text x="{x(tick) - 8:.1f}" y="{H - bottom + 16}" fill="#666">{tick}x</text>')
+    for tick in range(lo, hi + 1, 5):
+        svg.append(f'<line x1="{left}" y1="{y(tick):.1f}" x2="{x(7):.1f}" y2="{y(tick):.1f}" stroke="#eee"/>'
+                   f'<text x="{left - 6}" y="{y(tick) + 4:.1f}" text-anchor="end" fill="#666">{tick}%</text>')
+    for level, label in ((fp, "fp"), (fp - 3, "fp - 3")):
+        svg.append(f'<line x1="{left}" y1="{y(level):.1f}" x2="{x(7):.1f}" y2="{y(level):.1f}" stroke="#555" '
+                   f'stroke-dasharray="4,3"/><text x="{x(7) - 40:.1f}" y="{y(level) - 3:.1f}" fill="#555">{label}</text>')
+    svg.append(f'<line x1="{x(5):.1f}" y1="{top}" x2="{x(5):.1f}" y2="{H - bottom}" stroke="#555" stroke-dasharray="4,3"/>'
+               f'<text x="{x(5) + 4:.1f}" y="{H - bottom - 6}" fill="#555">5x</text>')
+    for i, (name, cap, pct) in enumerate(points, 1):
+        color = "#c0392b" if "today" in name else "#3b6ea5" if name.startswith("tiles") else "#777"
+        svg.append(f'<circle cx="{x(cap):.1f}" cy="{y(pct):.1f}" r="4" fill="{color}"/>'
+                   f'<text x="{x(cap) + 5:.1f}" y="{y(pct) - 4:.1f}" font-size="9">{i}</text>'
+                   f'<text x="{x(7) + 20:.1f}" y="{top + 4 + 24 * (i - 1) * (H - top - bottom) / (24 * len(points)):.1f}" '
+                   f'font-size="10" fill="{color}">{i}. {name}: {pct:.1f}%, {cap:.2f}x</text>')
+    svg.append(f'<text x="{left + plot_w / 2 - 80:.0f}" y="{H - 10}">more tokens in the same memory &#8594;</text>')
+    svg.append("</svg>")
+    open(out, "w").write("\n".join(svg) + "\n")
+
+
+PLOTS = {"longctx": (plot_longctx, "benchmarks/results/longctx/longctx_decision_h100.json", "docs/longctx.svg"),
+         "dtypes": (plot_dtypes, "benchmarks/results/engine_dtypes_smollm2_cpu.json", "docs/dtypes.svg"), "capacity": (plot_capacity, "benchmarks/results/kv_capacity_h200.json", "docs/capacity.svg"), "decode": (plot_decode, "benchmarks/results/decode_attention_h200.json", "docs/decode.svg"), "quality": (plot_quality, "benchmarks/results/quality_smollm2.json", "docs/quality.svg"), "engine": (plot_engine, "benchmarks/results/engine_eval_smollm2_h200.json", "docs/quality_engine.svg"), "gqa": (plot_gqa, "benchmarks/results/decode_gqa_d{D}_h200.json", "docs/decode_gqa.svg")}
 
 
 def main():

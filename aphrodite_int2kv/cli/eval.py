@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import sys
 import time
 
@@ -239,7 +240,7 @@ def run_longctx(args) -> int:
         rows.append(row)
         if args.json:   # rows as they come: a long run keeps what it measured
             with open(args.json, "w") as f:
-                json.dump(dict(context=longest, command="aphrodite-int2kv longctx " + " ".join(sys.argv[2:]),
+                json.dump(dict(context=longest, command="aphrodite-int2kv longctx " + shlex.join(sys.argv[2:]),
                                env=_env(args.device), rows=rows), f, indent=1)
     _progress(total, total, "done", t0)
     sys.stderr.write("\n")

@@ -41,8 +41,16 @@ def _fp16(x: torch.Tensor) -> torch.Tensor:
     return x.half().float()
 
 
+def _e4m3_relative(x: torch.Tensor, dim: int) -> torch.Tensor:
+    """x stored as fp8 e4m3 relative to an fp16 absmax over `dim` (one per tile and head): the
+    8-bit metadata layout, 16 bits per channel and tile for scale and zero together."""
+    peak = _fp16(x.abs().amax(dim, keepdim=True))
+    unit = torch.where(peak > 0, peak / 448.0, torch.ones_like(peak))
+    return (x / unit).clamp(-448, 448).to(torch.float8_e4m3fn).float() * unit
+
+
 def channel_tiles(x: torch.Tensor, tile: int, bits: int, norm_balance: bool = True,
-                  exclude: torch.Tensor | None = None) -> torch.Tensor:
+                  exclude: torch.Tensor | None = None, meta_bits: int = 16) -> torch.Tensor:
     """x [T, H, D] (rotated) -> what the cache reads back, fp32 [T, H, D].
 
     Per tile of `tile` tokens and per (head, channel): scale = fp16((hi - lo) / (2^b - 1)),
@@ -65,7 +73,13 @@ def channel_tiles(x: torch.Tensor, tile: int, bits: int, norm_balance: bool = Tr
     empty = ~k_p.any(1, keepdim=True)                       # a tile of sinks only: nothing to range over
     lo, hi = torch.where(empty, 0.0, lo), torch.where(empty, 0.0, hi)
     levels = 2 ** bits - 1
-    scale, zero = _fp16((hi - lo) / levels), _fp16(lo)
+    if meta_bits == 16:
+        scale, zero = _fp16((hi - lo) / levels), _fp16(lo)
+    elif meta_bits == 8:   # scale rounded up, so the stored range still covers the tile
+        zero = _e4m3_relative(lo, dim=3)
+        scale = _e4m3_relative((hi - zero) / levels, dim=3)
+    else:
+        raise ValueError(f"tile quantizer: {meta_bits}-bit metadata is not 16 or 8")
     inv = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
     codes = torch.floor((u_p - zero) * inv + 0.5).clamp(0, levels)
     rec = (codes * scale + zero).reshape(-1, H, D)[:T]
@@ -95,10 +109,11 @@ def token_groups(x: torch.Tensor, group: int, bits: int, levels: str = "std") ->
     return (codes * scale + zero).reshape(x.shape)
 
 
-def channel_tile_bits(bits: int, tile: int, head_dim: int, norm_balance: bool = True) -> float:
-    """Stored bits per element of the channel-tile layout: codes, fp16 scale + zero per channel
-    per tile, fp16 norm per token."""
-    return bits + 32 / tile + (16 / head_dim if norm_balance else 0.0)
+def channel_tile_bits(bits: int, tile: int, head_dim: int, norm_balance: bool = True, meta_bits: int = 16) -> float:
+    """Stored bits per element of the channel-tile layout: codes, scale + zero per channel per tile
+    (fp16 each, or e4m3 each with two fp16 peaks per tile and head), fp16 norm per token."""
+    meta = 32 / tile if meta_bits == 16 else 16 / tile + 32 / (tile * head_dim)
+    return bits + meta + (16 / head_dim if norm_balance else 0.0)
 
 
 def token_group_bits(bits: int, group: int) -> float:

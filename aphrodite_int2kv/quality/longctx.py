@@ -58,19 +58,6 @@ def order_items(n: int, keys: int, filler: int, seed: int = 2):
     return items
 
 
-@torch.no_grad()
-def answer(cfg, sd, tok, prompt: str, attention, max_new: int = 6) -> str:
-    from aphrodite_int2kv.quality import smollm
-
-    ids = tok.encode(prompt).ids
-    out = []
-    for _ in range(max_new):          # full recompute per token: simple, and the same for every scheme
-        logits = smollm.forward(cfg, sd, torch.tensor(ids + out), attention)
-        out.append(int(logits[-1].argmax()))
-    m = re.search(r"\d+", tok.decode(out))
-    return m.group(0) if m else ""
-
-
 # --- The long-context suite (`aphrodite-int2kv longctx`): teacher-forced, one forward per item ---
 #
 # Every item is one token sequence and the positions it is scored on. A greedy answer equals the

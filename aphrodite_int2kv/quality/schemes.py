@@ -47,6 +47,7 @@ class Scheme:
     tile: int = 32
     norm_balance: bool = True
     v_tiles: bool = False
+    meta_bits: int = 16          # channel tiles' scale and zero: fp16, or 8 (e4m3 under an fp16 peak per tile)
 
     def bits_per_element(self, head_dim: int, context: int = 32768, layers: int = 0) -> float:
         """Stored bits per K/V element, averaged over K and V, the window and (given `layers`) the
@@ -61,8 +62,9 @@ class Scheme:
             base = (key + self.v_bits + 32 / head_dim) / 2
         window = self.recent + self.sink
         if self.kind == "tiles":        # the window also stages the tile being filled
-            key = tiles.channel_tile_bits(self.k_bits, self.tile, head_dim, self.norm_balance)
-            value = (tiles.channel_tile_bits(self.v_bits, self.tile, head_dim, self.norm_balance) if self.v_tiles
+            key = tiles.channel_tile_bits(self.k_bits, self.tile, head_dim, self.norm_balance, self.meta_bits)
+            value = (tiles.channel_tile_bits(self.v_bits, self.tile, head_dim, self.norm_balance, self.meta_bits)
+                     if self.v_tiles
                      else tiles.token_group_bits(self.v_bits, self.group_size))
             base, window = (key + value) / 2, window + self.tile
         if base is None:  # ours: the slot format, padding included
@@ -183,8 +185,9 @@ class KVTransform:
         if s.kind == "tiles":
             H = hadamard(self.D)
             sinks = torch.arange(k.shape[0]) < s.sink
-            kq = tiles.channel_tiles(k @ H, s.tile, s.k_bits, s.norm_balance, exclude=sinks)
-            vq = (tiles.channel_tiles(v @ H, s.tile, s.v_bits, s.norm_balance, exclude=sinks) if s.v_tiles
+            kq = tiles.channel_tiles(k @ H, s.tile, s.k_bits, s.norm_balance, exclude=sinks, meta_bits=s.meta_bits)
+            vq = (tiles.channel_tiles(v @ H, s.tile, s.v_bits, s.norm_balance, exclude=sinks, meta_bits=s.meta_bits)
+                  if s.v_tiles
                   else tiles.token_groups(v @ H, s.group_size, s.v_bits))
             return kq @ H.T, vq @ H.T
         if s.kind in ("int8_pth", "fp8_pth"):
@@ -368,5 +371,8 @@ def longctx_schemes(sweep: bool = False):
                  tiles(3, 2, tile=128, v_tiles=True), tiles(3, 2, tile=128, sink=0, v_tiles=True),
                  tiles(3, 2, tile=256, v_tiles=True), tiles(3, 3, tile=128, v_tiles=True),
                  tiles(4, 2, tile=128, v_tiles=True), tiles(4, 2, tile=256, v_tiles=True),
-                 tiles(3, 2, tile=128, group_size=64)]
+                 tiles(3, 2, tile=128, group_size=64),
+                 tiles(3, 2, v_tiles=True, meta_bits=8), tiles(3, 2, tile=64, v_tiles=True, meta_bits=8),
+                 tiles(3, 3, v_tiles=True, meta_bits=8), tiles(4, 2, tile=64, v_tiles=True, meta_bits=8),
+                 tiles(3, 2, tile=16, v_tiles=True, meta_bits=8)]
     return rows
