@@ -2,8 +2,8 @@
 # Build (or reuse) a CPU test venv with the real aphrodite-engine VERSION.
 # Usage: .ci/venv.sh VERSION   -> prints the venv path on stdout (logs on stderr).
 # The venv lives outside the clone, keyed by a hash of its requirement file, and is rebuilt
-# only when its import check fails. aphrodite itself goes in with --no-deps (see
-# ../shared/reference/cpu-ci.md: its full dependency set drags in CUDA builds).
+# only when its import check fails. aphrodite itself goes in with --no-deps: its full
+# dependency set drags in CUDA builds.
 set -euo pipefail
 ver=$1
 here=$(cd "$(dirname "$0")" && pwd)

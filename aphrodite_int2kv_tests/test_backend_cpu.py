@@ -1,6 +1,6 @@
 """The int2 attention impl (our engine glue: rotation, store, decode/prefill split, chunked-prefill
 continuation, un-rotation) on CPU through the interpreted kernels, against fp32 references; on the
-H200 the same tests run with real compilation (benchmarks/gpu_tests.sh runs the kernel tests; this file runs as it is)."""
+H200 the same tests run with real compilation (benchmarks/gpu_tests.py runs the kernel tests; this file runs as it is)."""
 
 from __future__ import annotations
 

@@ -8,6 +8,10 @@ import torch
 from aphrodite_int2kv.engine.options import Int2Options
 from aphrodite_int2kv.int2.format import Int2ConfigError, SlotLayout
 from aphrodite_int2kv_tests.conftest import run_python
+from aphrodite_int2kv.engine.offline import build_int2_layers as _build_int2_layers
+from aphrodite_int2kv.engine.offline import engine_specs as _engine_specs
+from aphrodite_int2kv.engine.offline import heads_dir as _heads_dir
+from aphrodite_int2kv.engine.offline import resolve_layout as _resolve_layout
 
 
 @pytest.fixture(scope="module")
@@ -142,8 +146,8 @@ def test_sliding_window_layers_are_refused_with_the_fix(registered):
 
 
 @pytest.mark.parametrize("env,match", [
-    ({"APHRODITE_INT2KV_GROUP_SIZE": "48"}, "GROUP_SIZE=48 is not one of"),
-    ({"APHRODITE_INT2KV_GROUP_SIZE": "abc"}, "GROUP_SIZE='abc' is not 'auto' or an integer"),
+    ({"APHRODITE_INT2KV_GROUP_SIZE": "48"}, "GROUP_SIZE=48 is not 'auto' or one of"),
+    ({"APHRODITE_INT2KV_GROUP_SIZE": "abc"}, "GROUP_SIZE='abc' is not 'auto' or one of"),
     ({"APHRODITE_INT2KV_K_CLIP": "1.7", "APHRODITE_INT2KV_LEVELS": "minmax"}, "K_CLIP: clip ratio 1.7"),
     ({"APHRODITE_INT2KV_LEVELS": "lloyd-max", "APHRODITE_INT2KV_V_CLIP": "0.9"}, "V_CLIP=0.9.*'lloyd-max'"),
     ({"APHRODITE_INT2KV_K_CLIP": "0.9"}, "K_CLIP=0.9: clip ratios shrink the min/max range only.*LEVELS=minmax"),
@@ -231,22 +235,6 @@ def test_hybrid_alignment_without_the_fix_sizes_int2_as_bytes(registered, tmp_pa
     assert cfg.cache_config.mamba_page_size_padded == cfg.cache_config.block_size * eight_bit_per_token
 
 
-def _build_int2_layers(cfg, n, backend="int2"):
-    """Real `Attention` layers as a model builds them (our __init__ wrapper adds the companions).
-    This host is CPU-only, so the backend the CUDA platform would select for int2 is passed in."""
-    from aphrodite.config import set_current_aphrodite_config
-    from aphrodite.model_executor.layers.attention.attention import Attention
-
-    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-
-    hf = cfg.model_config.hf_config
-    extra = {"attn_backend": Int2AttentionBackend} if backend == "int2" else {}
-    with set_current_aphrodite_config(cfg):
-        return [Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,
-                          num_kv_heads=hf.num_key_value_heads, cache_config=cfg.cache_config,
-                          prefix=f"model.layers.{i}.self_attn.attn", **extra) for i in range(n)]
-
-
 def _gemma3_like_layers(cfg, n=6, window=1024):
     """A Gemma-3-style stack: five local (sliding-window) layers to one global, as its model builds them."""
     from aphrodite.config import set_current_aphrodite_config
@@ -330,35 +318,6 @@ def test_int2_on_a_non_cuda_platform_stops_at_layer_build(registered, tmp_path):
         _build_int2_layers(cfg, 1, backend="platform")
 
 
-def _engine_specs(cfg):
-    """What the model runner's get_kv_cache_spec collects from the static forward context."""
-    from aphrodite.model_executor.layers.attention_layer_base import AttentionLayerBase
-
-    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-    from aphrodite_int2kv.engine.window import SUFFIX
-    from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
-
-    specs = {}
-    for name, layer in cfg.compilation_config.static_forward_context.items():
-        if not isinstance(layer, AttentionLayerBase):
-            continue
-        spec = layer.get_kv_cache_spec(cfg)
-        if not name.endswith(SUFFIX) and not shape_based_kv_api():
-            spec = Int2AttentionBackend.customize_spec(spec)   # 0.24 asks the int2 layer's backend
-        specs[name] = spec
-    return specs
-
-
-def _heads_dir(tmp_path, heads, kv_heads, head_dim, max_positions=262144):
-    from transformers import Qwen3Config
-
-    Qwen3Config(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
-                max_position_embeddings=max_positions, architectures=["Qwen3ForCausalLM"],
-                torch_dtype="bfloat16").save_pretrained(tmp_path)
-    return str(tmp_path)
-
-
 def _dense_long_dir(tmp_path):
     """Qwen3-8B-like heads (32q / 8kv of 128)."""
     return _heads_dir(tmp_path, 32, 8, 128, max_positions=32768)
@@ -420,17 +379,6 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     cfg.cache_config.enable_prefix_caching = True
     assert ratio == pytest.approx(SlotLayout(128, 64).ratio_vs() * 256 / (256 + 23), rel=0.01), ratio
     assert 5.0 <= ratio, ratio
-
-
-def _resolve_layout(cfg, backends=None):
-    """0.24 resolves one KV layout in the engine core before sizing; do what it does for the
-    model's backends (ours by default)."""
-    if hasattr(cfg.cache_config, "get_resolved_kv_cache_layout") and cfg.cache_config.kv_cache_layout is None:
-        from aphrodite.v1.attention.backends.utils import get_supported_kv_cache_layouts
-
-        from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-
-        cfg.cache_config.kv_cache_layout = get_supported_kv_cache_layouts(backends or [Int2AttentionBackend])[0].name
 
 
 def test_window_off_registers_no_companion(registered, tmp_path, monkeypatch):

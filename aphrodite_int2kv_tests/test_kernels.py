@@ -418,7 +418,9 @@ def test_decode_launch_config_depends_on_batch_only():
     """CUDA graphs replay one grid per captured batch size: the split count must not follow the
     sequence lengths unless the caller asks for it."""
     a = decode_launch_config(8, 4, 8, 128)
-    assert a == decode_launch_config(8, 4, 8, 128)
+    decode_launch_config(8, 4, 8, 128, max_seq_len=1024)     # another entry in the cache between
+    assert decode_launch_config(8, 4, 8, 128) == decode_launch_config.__wrapped__(8, 4, 8, 128) == a   # cached = fresh
+    assert decode_launch_config(8, 4, 8, 128, max_seq_len=1024) != a     # the lengths change it only when asked
     assert a.num_splits == 12 * 132 // (8 * 4)        # one wave of 12 folded programs per multiprocessor
     # never just past a whole wave: rounded down (batch 32, 4 KV heads: 12 splits, not 13 -- the
     # per-code tile: 16 splits, two waves of 8, not 17)

@@ -39,10 +39,55 @@ def test_allow_list_without_us_means_not_loaded(engine):
 
 
 def test_register_touches_no_cuda(engine):
-    code = ("import torch, aphrodite_int2kv\naphrodite_int2kv.register()\n"
+    """register() neither initialises CUDA nor asks anything of a device: every torch.cuda call
+    that would (lazy init, device count and properties, current / set device) is recorded, so the
+    check fails on a CPU-only torch too, where is_initialized() is False whatever happens."""
+    code = ("import torch, aphrodite_int2kv\n"
+            "calls = []\n"
+            "for name in ('_lazy_init', 'init', 'device_count', 'current_device', 'set_device',\n"
+            "             'get_device_properties', 'get_device_capability', 'get_device_name', 'synchronize'):\n"
+            "    real = getattr(torch.cuda, name)\n"
+            "    def spy(*a, _real=real, _name=name, **k):\n"
+            "        calls.append(_name)\n"
+            "        return _real(*a, **k)\n"
+            "    setattr(torch.cuda, name, spy)\n"
+            "aphrodite_int2kv.register()\naphrodite_int2kv.register()\n"
+            "print('CUDA_CALLS', sorted(set(calls)))\n"
             "print('CUDA_INIT', torch.cuda.is_initialized())\n")
     res = run_python(code)
-    assert "CUDA_INIT False" in res.stdout, res.stderr[-2000:]
+    assert "CUDA_CALLS []" in res.stdout and "CUDA_INIT False" in res.stdout, res.stdout + res.stderr[-2000:]
+    # the spies do see a call that would touch the device
+    res = run_python(code.replace("aphrodite_int2kv.register()\naphrodite_int2kv.register()",
+                                  "aphrodite_int2kv.register()\ntry:\n    torch.cuda.device_count()\nexcept Exception:\n    pass"))
+    assert "CUDA_CALLS ['device_count']" in res.stdout, res.stdout + res.stderr[-2000:]
+
+
+def test_our_settings_are_known_to_the_engine_and_typos_are_named(engine, caplog):
+    """After register(), the engine's environment check accepts every APHRODITE_INT2KV_* setting we
+    read, even with --fail-on-environ-validation; a misspelt one is still unknown to the engine, and
+    the plugin names the setting it was probably meant to be."""
+    import aphrodite_int2kv
+    from aphrodite import envs
+    from aphrodite_int2kv.engine.options import KNOWN, PREFIX, Int2Options
+
+    aphrodite_int2kv.register()
+    before = dict(envs.environment_variables)
+    assert {o.name: o.state for o in aphrodite_int2kv.register()}["env-names"] == "applied"
+    assert envs.environment_variables == before                         # idempotent
+    env = {PREFIX + "RECENT_WINDOW": "64", PREFIX + "GROUP_SIZE": "auto"}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in env.items():
+            mp.setenv(k, v)
+        envs.validate_environ(hard_fail=True)                           # no "unknown variable"
+        assert envs.environment_variables[PREFIX + "RECENT_WINDOW"]() == "64"
+        mp.setenv(PREFIX + "RECENT_WINDW", "64")
+        with pytest.raises(ValueError, match="RECENT_WINDW"):
+            envs.validate_environ(hard_fail=True)
+        with caplog.at_level("WARNING", logger="aphrodite_int2kv"):
+            Int2Options.from_env()
+    assert "APHRODITE_INT2KV_RECENT_WINDW is not an aphrodite-int2kv setting" in caplog.text
+    assert "did you mean APHRODITE_INT2KV_RECENT_WINDOW" in caplog.text
+    assert len(KNOWN) == len(set(KNOWN))
 
 
 def test_doctor_reports_per_version(engine):
@@ -68,6 +113,51 @@ def test_doctor_shows_and_validates_the_int2_options(engine):
     res = subprocess.run([exe, "doctor"], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "APHRODITE_INT2KV_GROUP_SIZE": "48"})
     assert res.returncode == 1 and "INVALID" in res.stdout and "GROUP_SIZE=48" in res.stdout
+
+
+def _bad_rotation_files(tmp_path):
+    import torch
+
+    from aphrodite_int2kv.int2.rotation import hadamard
+
+    h = hadamard(64)
+    files = {
+        "non-square": {"layers": {0: {"rotation": torch.eye(64)[:, :32]}}},
+        "not orthogonal": {"layers": {0: {"rotation": 2 * h}}},
+        "bare tensor": h,
+        "NaN k_offset": {"layers": {0: {"rotation": h, "k_offset": torch.full((2, 64), float("nan"))}}},
+        "mis-shaped k_offset": {"layers": {0: {"rotation": h, "k_offset": torch.zeros(2, 32)}}},
+    }
+    out = {}
+    for what, data in files.items():
+        path = tmp_path / (what.replace(" ", "_") + ".pt")
+        torch.save(data, path)
+        out[what] = str(path)
+    text = tmp_path / "notes.txt"
+    text.write_text("not a rotation")
+    out["text file"] = str(text)
+    return out
+
+
+MESSAGES = {"non-square": "shape \\[1, 64, 32\\], expected \\[32, 32\\]", "not orthogonal": "not orthogonal", "bare tensor": "expected \\{'layers'",
+            "NaN k_offset": "k_offset must be a finite tensor", "mis-shaped k_offset": "k_offset must be a finite tensor",
+            "text file": "cannot be read as a torch.save file"}
+
+
+def test_bad_rotation_files_stop_start_up_and_doctor(engine, tmp_path):
+    """A rotation file that no model could use is refused when the options are read (engine
+    start-up), not at the first request, and `doctor` refuses it with the same message."""
+    from aphrodite_int2kv.engine.options import Int2Options
+    from aphrodite_int2kv.int2.format import Int2ConfigError
+
+    exe = shutil.which("aphrodite-int2kv", path=os.path.dirname(sys.executable))
+    files = _bad_rotation_files(tmp_path)
+    for what, path in files.items():
+        with pytest.raises(Int2ConfigError, match="K_ROTATION.*" + MESSAGES[what]):
+            Int2Options.from_env({"APHRODITE_INT2KV_K_ROTATION": path})
+    res = subprocess.run([exe, "doctor"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "APHRODITE_INT2KV_V_ROTATION": files["not orthogonal"]})
+    assert res.returncode == 1 and "INVALID" in res.stdout and "not orthogonal" in res.stdout, res.stdout[-2000:]
 
 
 def test_doctor_fails_when_plugin_is_filtered_out(engine):

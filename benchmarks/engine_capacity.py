@@ -85,19 +85,19 @@ class Engine:
 
     def int2_config(self, model, layers, **kw):
         """An int2 engine config with `layers` of our real attention layers built in it (pages of 128)."""
-        import aphrodite_int2kv_tests.test_engine_int2 as T
+        from aphrodite_int2kv.engine import offline
 
         cfg = self.config(model, kv_cache_dtype="int2", **kw)
         cfg.cache_config.block_size = 128
-        T._build_int2_layers(cfg, layers)
+        offline.build_int2_layers(cfg, layers)
         return cfg
 
     def tokens(self, cfg, specs) -> float:
         """Tokens the engine's KV-cache config holds for these layer specs in kv_bytes."""
-        import aphrodite_int2kv_tests.test_engine_int2 as T
+        from aphrodite_int2kv.engine import offline
         from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
 
-        T._resolve_layout(cfg)
+        offline.resolve_layout(cfg)
         (conf,) = get_kv_cache_configs(cfg, [specs], [self.kv_bytes])
         return get_max_concurrency_for_kv_cache_config(cfg, conf) * self.context
 
@@ -134,9 +134,9 @@ def dense_sizer(engine: Engine):
     from aphrodite.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
     from aphrodite.v1.kv_cache_interface import FullAttentionSpec, get_kv_quant_mode
 
-    import aphrodite_int2kv_tests.test_engine_int2 as T
+    from aphrodite_int2kv.engine import offline
 
-    model = T._heads_dir(pathlib.Path(tempfile.mkdtemp()), HEADS, KV_HEADS, HEAD_DIM, max_positions=engine.context)
+    model = offline.heads_dir(pathlib.Path(tempfile.mkdtemp()), HEADS, KV_HEADS, HEAD_DIM, max_positions=engine.context)
     names = [f"model.layers.{i}.self_attn.attn" for i in range(LAYERS)]
 
     def full_specs(kv, block=16):
@@ -163,7 +163,7 @@ def dense_sizer(engine: Engine):
     def sized(kv):
         if kv == "int2":
             cfg = engine.int2_config(model, LAYERS)
-            return round(engine.tokens(cfg, T._engine_specs(cfg))), {
+            return round(engine.tokens(cfg, offline.engine_specs(cfg))), {
                 "note": "the engine default: G64 pages of 128 tokens and the 128-token bf16 recent window"}
         if kv.startswith("turboquant_"):
             specs, boundary = turboquant_specs(kv)
@@ -203,7 +203,7 @@ def hybrid_sizer(engine: Engine):
     from aphrodite.v1.attention.backends.triton_attn import TritonAttentionBackend
     from aphrodite.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, get_kv_quant_mode
 
-    import aphrodite_int2kv_tests.test_engine_int2 as T
+    from aphrodite_int2kv.engine import offline
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
 
     model = hybrid_dir(pathlib.Path(tempfile.mkdtemp()), engine.context)
@@ -214,8 +214,8 @@ def hybrid_sizer(engine: Engine):
         Platform._align_hybrid_block_size(cfg, Int2AttentionBackend if kv == "int2" else TritonAttentionBackend)
         cc = cfg.cache_config
         if kv == "int2":
-            T._build_int2_layers(cfg, HYBRID_ATTN)
-            attn = T._engine_specs(cfg)
+            offline.build_int2_layers(cfg, HYBRID_ATTN)
+            attn = offline.engine_specs(cfg)
         else:
             dtype = torch.bfloat16 if kv == "auto" else STR_DTYPE_TO_TORCH_DTYPE[kv]
             attn = {f"model.layers.{4 * i + 3}.self_attn.attn": FullAttentionSpec(
@@ -240,17 +240,17 @@ def window_rows(engine: Engine) -> list[dict]:
     import torch
     from aphrodite.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
 
-    import aphrodite_int2kv_tests.test_engine_int2 as T
+    from aphrodite_int2kv.engine import offline
     from aphrodite_int2kv.engine.options import options as aphrodite_int2kv_options
 
-    model = T._dense_long_dir(pathlib.Path(tempfile.mkdtemp()))
+    model = offline.heads_dir(pathlib.Path(tempfile.mkdtemp()), 32, 8, 128, max_positions=32768)
     rows = []
     for R in (128, 256):
         os.environ["APHRODITE_INT2KV_RECENT_WINDOW"] = str(R)
         for mnbt in (2048, 16384):
             for budget in ("ours", "engine"):
                 cfg = engine.int2_config(model, 4, max_num_batched_tokens=mnbt)
-                specs = T._engine_specs(cfg)
+                specs = offline.engine_specs(cfg)
                 if budget == "engine":
                     base = {f.name for f in dataclasses.fields(SlidingWindowSpec)}
                     specs = {n: (SlidingWindowSpec(**{k: getattr(s, k) for k in base})

@@ -5,7 +5,7 @@ random PEFT LoRA adapter, `LLM(..., enable_lora=True)` and a generation with tha
 
   python3 benchmarks/exl3_lora_scenario.py BASE_MODEL_DIR WORKDIR
 
-BASE_MODEL_DIR: the tiny qwen35 from ../shared/gpu/make_models.py. The script writes an EXL3
+BASE_MODEL_DIR: a tiny random-weight Qwen3.5 hybrid checkpoint (Qwen3_5ForConditionalGeneration). The script writes an EXL3
 variant (random trellis bits are a valid EXL3 encoding of *some* weights; suh/svh are sign
 vectors as exllamav3 stores them; quantization_config with tensor_storage as the engine's EXL3
 loader reads it) and an adapter, then runs three child processes:

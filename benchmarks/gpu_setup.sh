@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Source this on the H200 machine from the repo root (the .gpu-bundle/ built by
-# ../shared/gpu/make_bundle.sh must travel with the tree): installs aphrodite 0.21.0, its
-# missing runtime deps and this plugin (with its entry point) into /tmp/site.
+# Source this on the GPU machine from the repo root (a .gpu-bundle/ with aphrodite 0.21.0's files
+# as aphrodite.tar.xz and its missing runtime wheels in whl/ must travel with the tree): installs
+# them and this plugin (with its entry point) into /tmp/site.
 case "${1:-}" in -h|--help) sed -n "2,4p" "${BASH_SOURCE[0]}"; return 0 2>/dev/null || exit 0;; esac
 SITE=/tmp/site
 if [ ! -d "$SITE/aphrodite" ]; then

@@ -25,6 +25,11 @@ from aphrodite_int2kv.int2.format import GROUP_SIZES, Int2ConfigError, default_g
 from aphrodite_int2kv.int2.quantizer import check_options
 
 PREFIX = "APHRODITE_INT2KV_"
+# every APHRODITE_INT2KV_* name the plugin reads: the options below, the quality tools' cache
+# folder (quality/assets.py) and the launch planner's stand-in GPU (kernels/limits.py)
+OPTION_NAMES = ("GROUP_SIZE", "K_ROTATION", "V_ROTATION", "K_CLIP", "V_CLIP", "LEVELS", "K_CENTER_SKIP",
+                "K_CENTER_FIRST", "RECENT_WINDOW", "DECODE_TILE")
+KNOWN = OPTION_NAMES + ("CACHE", "DEVICE_LIMITS")
 LEVELS = ("std", "minmax", "lloyd-max")
 DECODE_TILES = ("auto", "folded", "per-code")
 
@@ -52,6 +57,39 @@ def _file_offsets_cached(path: str, size: int, mtime_ns: int) -> bool:
     from aphrodite_int2kv.int2.rotation import file_has_k_offsets
 
     return file_has_k_offsets(path)
+
+
+@functools.lru_cache(maxsize=16)
+def _rotation_file_problem(path: str, size: int, mtime_ns: int) -> str:
+    """What is wrong with a rotation file, whatever model it is used with ('' if nothing): read
+    once per version of the file, at start-up and by `doctor` alike."""
+    from aphrodite_int2kv.int2.rotation import check_rotation_file
+
+    try:
+        check_rotation_file(path)
+    except Int2ConfigError as exc:
+        return str(exc)
+    return ""
+
+
+def unknown_names(env) -> list[str]:
+    """APHRODITE_INT2KV_* variables the plugin does not read (a typo would otherwise keep the
+    default silently): each logged once per process with the setting it was probably meant to be."""
+    import difflib
+    import logging
+
+    unknown = sorted(k for k in env if k.startswith(PREFIX) and k[len(PREFIX):] not in KNOWN + ("LLOYD_MAX",))
+    for name in unknown:
+        if name not in _warned:
+            _warned.add(name)
+            guess = difflib.get_close_matches(name[len(PREFIX):], KNOWN, n=1)
+            hint = f"; did you mean {PREFIX}{guess[0]}?" if guess else f"; the settings are {', '.join(OPTION_NAMES)}"
+            logging.getLogger("aphrodite_int2kv").warning("%s is not an aphrodite-int2kv setting and is ignored%s",
+                                                          name, hint)
+    return unknown
+
+
+_warned: set[str] = set()
 
 
 def _group(raw: str):
@@ -88,8 +126,9 @@ class Int2Options:
         if env.get(PREFIX + "LLOYD_MAX"):
             raise Int2ConfigError(f"{PREFIX}LLOYD_MAX was replaced by {PREFIX}LEVELS (std, minmax or "
                                   f"lloyd-max); for Lloyd-Max levels set {PREFIX}LEVELS=lloyd-max")
+        unknown_names(env)
         opts = cls(
-            group_size=get("GROUP_SIZE", None, _group, f"'auto' or an integer (one of {GROUP_SIZES})"),
+            group_size=get("GROUP_SIZE", None, _group, f"'auto' or one of {GROUP_SIZES}"),
             k_rotation=get("K_ROTATION", "hadamard", str, "a rotation"),
             v_rotation=get("V_ROTATION", "hadamard", str, "a rotation"),
             k_clip=get("K_CLIP", 1.0, float, "a number"),
@@ -150,7 +189,7 @@ class Int2Options:
             raise Int2ConfigError(f"{PREFIX}RECENT_WINDOW={self.recent_window} must be between 0 (off) and "
                                   f"65536 tokens (128 is the measured default)")
         if self.group_size is not None and self.group_size not in GROUP_SIZES:
-            raise Int2ConfigError(f"{PREFIX}GROUP_SIZE={self.group_size} is not one of {GROUP_SIZES}")
+            raise Int2ConfigError(f"{PREFIX}GROUP_SIZE={self.group_size} is not 'auto' or one of {GROUP_SIZES}")
         for name, clip in (("K_CLIP", self.k_clip), ("V_CLIP", self.v_clip)):
             if self.levels != "minmax" and clip != 1.0:
                 raise Int2ConfigError(f"{PREFIX}{name}={clip}: clip ratios shrink the min/max range only, and "
@@ -161,6 +200,11 @@ class Int2Options:
             if rot not in ("hadamard", "none") and not os.path.isfile(rot):
                 raise Int2ConfigError(f"{PREFIX}{name}={rot!r}: expected 'hadamard', 'none' or an "
                                       f"existing rotation file (aphrodite-int2kv make-rotation)")
+            if rot not in ("hadamard", "none"):
+                st = os.stat(rot)
+                problem = _rotation_file_problem(rot, st.st_size, st.st_mtime_ns)
+                if problem:
+                    raise Int2ConfigError(f"{PREFIX}{name}: {problem}")
 
     def describe(self, head_dim: int | None = None) -> str:
         quant = {"std": "levels=std", "minmax": "levels=minmax", "lloyd-max": "levels=Lloyd-Max"}[self.levels]

@@ -91,10 +91,7 @@ def select_local_heads(t: torch.Tensor, local_heads: int, tp_rank: int, tp_size:
     return t   # validation below names the mismatch
 
 
-def load_rotation_file(path: str, head_dim: int, num_kv_heads: int | None,
-                       layers: list[int], tp: tuple[int, int] = (0, 1)) -> dict[int, dict[str, torch.Tensor]]:
-    """Load and validate a rotation file for the given attention layer indices; `tp` =
-    (rank, world size) picks this rank's KV heads from per-head tensors."""
+def _read_rotation_table(path: str) -> dict:
     if not os.path.isfile(path):
         raise Int2ConfigError(f"int2 KV rotation file {path!r} does not exist")
     try:
@@ -105,28 +102,51 @@ def load_rotation_file(path: str, head_dim: int, num_kv_heads: int | None,
     if not isinstance(data, dict) or not isinstance(data.get("layers"), dict):
         raise Int2ConfigError(f"int2 KV rotation file {path!r}: expected "
                               f"{{'layers': {{index: {{'rotation': T}}}}}}")
-    table = {int(k): v for k, v in data["layers"].items()}
+    try:
+        return {int(k): v for k, v in data["layers"].items()}
+    except (TypeError, ValueError):
+        raise Int2ConfigError(f"int2 KV rotation file {path!r}: 'layers' must be keyed by layer index") from None
+
+
+def _entry(path, i, entry, head_dim, num_kv_heads, tp) -> dict[str, torch.Tensor]:
+    where = f"int2 KV rotation file {path!r}, layer {i}"
+    if not isinstance(entry, dict) or "rotation" not in entry:
+        raise Int2ConfigError(f"{where}: expected a dict with key 'rotation'")
+    rot = entry["rotation"]
+    if isinstance(rot, torch.Tensor) and rot.dim() == 3 and num_kv_heads:
+        rot = select_local_heads(rot, num_kv_heads, *tp)
+    out = {"rotation": validate_rotation(rot, head_dim, num_kv_heads, where)}
+    if "k_offset" in entry:
+        off = entry["k_offset"]
+        if not isinstance(off, torch.Tensor) or off.shape[-1] != head_dim or not torch.isfinite(off).all():
+            raise Int2ConfigError(f"{where}: k_offset must be a finite tensor [..., {head_dim}]")
+        off = off.float().reshape(-1, head_dim)
+        out["k_offset"] = select_local_heads(off, num_kv_heads, *tp) if num_kv_heads else off
+    return out
+
+
+def check_rotation_file(path: str) -> None:
+    """Validate every entry of a rotation file as the engine will, at the head_dim its own
+    matrices have (start-up and `doctor` run this before any layer is built)."""
+    table = _read_rotation_table(path)
+    if not table:
+        raise Int2ConfigError(f"int2 KV rotation file {path!r} has no layers")
+    for i, entry in table.items():
+        rot = entry.get("rotation") if isinstance(entry, dict) else None
+        dim = rot.shape[-1] if isinstance(rot, torch.Tensor) and rot.dim() else 0
+        _entry(path, i, entry, dim, None, (0, 1))
+
+
+def load_rotation_file(path: str, head_dim: int, num_kv_heads: int | None,
+                       layers: list[int], tp: tuple[int, int] = (0, 1)) -> dict[int, dict[str, torch.Tensor]]:
+    """Load and validate a rotation file for the given attention layer indices; `tp` =
+    (rank, world size) picks this rank's KV heads from per-head tensors."""
+    table = _read_rotation_table(path)
     missing = [i for i in layers if i not in table]
     if missing:
         raise Int2ConfigError(f"int2 KV rotation file {path!r} has no entry for attention "
                               f"layer(s) {missing}; it covers {sorted(table)}")
-    out = {}
-    for i in layers:
-        entry = table[i]
-        where = f"int2 KV rotation file {path!r}, layer {i}"
-        if not isinstance(entry, dict) or "rotation" not in entry:
-            raise Int2ConfigError(f"{where}: expected a dict with key 'rotation'")
-        rot = entry["rotation"]
-        if isinstance(rot, torch.Tensor) and rot.dim() == 3 and num_kv_heads:
-            rot = select_local_heads(rot, num_kv_heads, *tp)
-        out[i] = {"rotation": validate_rotation(rot, head_dim, num_kv_heads, where)}
-        if "k_offset" in entry:
-            off = entry["k_offset"]
-            if not isinstance(off, torch.Tensor) or off.shape[-1] != head_dim or not torch.isfinite(off).all():
-                raise Int2ConfigError(f"{where}: k_offset must be a finite tensor [..., {head_dim}]")
-            off = off.float().reshape(-1, head_dim)
-            out[i]["k_offset"] = select_local_heads(off, num_kv_heads, *tp) if num_kv_heads else off
-    return out
+    return {i: _entry(path, i, table[i], head_dim, num_kv_heads, tp) for i in layers}
 
 
 def file_has_k_offsets(path: str) -> bool:

@@ -29,6 +29,7 @@ PATCH_MODULES = (
     "aphrodite_int2kv.patches.exl3_shard_ids",   # PR #1711
     "aphrodite_int2kv.patches.lora_device",      # PR #1712
     "aphrodite_int2kv.patches.int2_kv_cache",    # the int2 dtype (no upstream PR)
+    "aphrodite_int2kv.patches.env_names",        # our settings known to the engine's env check
 )
 
 

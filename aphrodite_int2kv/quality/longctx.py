@@ -6,7 +6,6 @@ cannot solve are dropped before schemes are compared (a 135M model has limits)."
 from __future__ import annotations
 
 import random
-import re
 
 import torch
 
