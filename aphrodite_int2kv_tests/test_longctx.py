@@ -196,3 +196,71 @@ def test_eight_bit_tile_metadata_costs_little_and_counts_half_the_bits():
     assert tiles.channel_tile_bits(3, 32, 128, meta_bits=8) == 3 + 0.5 + 32 / (32 * 128) + 0.125
     with pytest.raises(ValueError, match="12-bit metadata"):
         tiles.channel_tiles(x, 32, 3, meta_bits=12)
+
+
+@pytest.mark.parametrize("D", [64, 128, 256])
+@pytest.mark.parametrize("T", [32, 64])
+def test_tile_records_read_back_what_the_harness_measured(D, T):
+    """The byte layout of the channel-tile format (int2/tile_format.py): a record encoded from a
+    tile of rotated K/V (2 heads, sinks excluded) decodes to exactly what the harness's scheme (K3
+    / V2 channel tiles, norm balancing, 8-bit metadata) reads back, and its size is what the
+    bits-per-element arithmetic counts."""
+    from aphrodite_int2kv.int2.tile_format import TileLayout, decode_tile, encode_tile
+
+    layout = TileLayout(D, T)
+    k, v = _keys(T=T, H=2, D=D, seed=1), _keys(T=T, H=2, D=D, seed=2)
+    k[0] *= 30                                                   # a sink, excluded
+    sinks = torch.arange(T) < 4
+    rec = encode_tile(k.transpose(0, 1), v.transpose(0, 1), layout, exclude=sinks)
+    assert rec.dtype == torch.uint8 and rec.shape == (2, layout.tile_bytes) and layout.tile_bytes % 16 == 0
+    kd, vd = decode_tile(rec, layout)
+    assert torch.equal(kd.transpose(0, 1)[4:], tiles.channel_tiles(k, T, 3, exclude=sinks, meta_bits=8)[4:])
+    assert torch.equal(vd.transpose(0, 1)[4:], tiles.channel_tiles(v, T, 2, exclude=sinks, meta_bits=8)[4:])
+    # every byte of the record is one field's: codes, norms, metadata, peaks, then padding only
+    assert layout.used_bytes == T * (3 * D // 8 + D // 4 + 4) + 4 * D + 8
+    bits = (tiles.channel_tile_bits(3, T, D, meta_bits=8) + tiles.channel_tile_bits(2, T, D, meta_bits=8)) / 2
+    assert layout.bits_per_element() == pytest.approx(bits, abs=16 * 8 / (2 * T * D))
+    flipped = rec.clone()
+    flipped[0, layout.k_high] ^= 1                                # one high bit of token 0, element 0
+    assert decode_tile(flipped, layout)[0][0, 0, 0] != kd[0, 0, 0]
+
+
+def test_bit_planes_round_trip_and_place_elements_as_documented():
+    from aphrodite_int2kv.int2.tile_format import pack_bit_plane, unpack_bit_plane
+
+    bits = torch.randint(0, 2, (5, 128), generator=torch.Generator().manual_seed(0))
+    packed = pack_bit_plane(bits)
+    assert packed.shape == (5, 16) and torch.equal(unpack_bit_plane(packed), bits)
+    one = torch.zeros(128, dtype=torch.long)
+    one[3 + 2 * 16] = 1                                           # element j + p*D/8 with j = 3, p = 2
+    assert pack_bit_plane(one).tolist() == [0, 0, 0, 4] + [0] * 12
+
+
+def test_tile_layout_refuses_what_it_cannot_hold():
+    from aphrodite_int2kv.int2.format import Int2ConfigError
+    from aphrodite_int2kv.int2.tile_format import TileLayout, encode_tile
+
+    with pytest.raises(Int2ConfigError, match="head_dim 96"):
+        TileLayout(96, 32)
+    with pytest.raises(Int2ConfigError, match="tile of 48 tokens"):
+        TileLayout(128, 48)
+    with pytest.raises(ValueError, match=r"expected \[\.\.\., 32, 128\]"):
+        encode_tile(torch.zeros(16, 128), torch.zeros(16, 128), TileLayout(128, 32))
+
+
+def test_folded_decode_arithmetic_equals_attention_over_the_decoded_tile():
+    """What the decode kernel will compute per tile (K scales folded into the query, one q . zero
+    per row, norms applied to the dots; V's scale and zero applied once to p . codes): the same
+    scores and P.V as attention over the decoded tile, to fp32 rounding."""
+    from aphrodite_int2kv.int2.tile_format import TileLayout, decode_tile, encode_tile, folded_pv, folded_scores
+
+    layout = TileLayout(128, 64)
+    k, v = _keys(T=64, H=2, D=128, seed=3).transpose(0, 1), _keys(T=64, H=2, D=128, seed=4).transpose(0, 1)
+    rec = encode_tile(k, v, layout)
+    kd, vd = decode_tile(rec, layout)
+    q = torch.randn(2, 8, 128, generator=torch.Generator().manual_seed(5))      # 8 query rows per KV head
+    s = folded_scores(q, rec, layout)
+    assert torch.allclose(s, q @ kd.transpose(-1, -2), rtol=1e-4, atol=1e-3 * s.abs().max().item())
+    p = (s / 128 ** 0.5).softmax(-1)
+    assert torch.allclose(folded_pv(p, rec, layout), p @ vd, rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(s, q @ k.transpose(-1, -2), rtol=1e-3)            # it is the quantized tile

@@ -41,49 +41,79 @@ def _fp16(x: torch.Tensor) -> torch.Tensor:
     return x.half().float()
 
 
-def _e4m3_relative(x: torch.Tensor, dim: int) -> torch.Tensor:
-    """x stored as fp8 e4m3 relative to an fp16 absmax over `dim` (one per tile and head): the
-    8-bit metadata layout, 16 bits per channel and tile for scale and zero together."""
-    peak = _fp16(x.abs().amax(dim, keepdim=True))
-    unit = torch.where(peak > 0, peak / 448.0, torch.ones_like(peak))
-    return (x / unit).clamp(-448, 448).to(torch.float8_e4m3fn).float() * unit
+def _e4m3_unit(peak: torch.Tensor) -> torch.Tensor:
+    """The value of one e4m3 step of 1 under an fp16 peak: peak / 448 (1 where the peak is 0)."""
+    peak = peak.float()
+    return torch.where(peak > 0, peak / 448.0, torch.ones_like(peak))
+
+
+def encode_channel_tile(x: torch.Tensor, bits: int, exclude: torch.Tensor | None = None,
+                        norm_balance: bool = True, meta_bits: int = 8) -> dict:
+    """x [..., T, D] (rotated; one tile of T tokens per leading index) -> the stored fields:
+    codes uint8 [..., T, D], norm fp16 [..., T, 1], scale and zero [..., 1, D] (e4m3 under the
+    fp16 peaks scale_peak / zero_peak [..., 1, 1] with 8-bit metadata, fp16 with 16-bit), as
+    `channel_tiles` describes. `exclude` [..., T] bool: tokens left out of the ranges."""
+    _check_bits(bits)
+    if meta_bits not in (8, 16):
+        raise ValueError(f"tile quantizer: {meta_bits}-bit metadata is not 16 or 8")
+    x = sanitize(x)
+    ones = torch.ones(*x.shape[:-1], 1, device=x.device)
+    norm = _fp16(x.norm(dim=-1, keepdim=True).clamp(max=FP16_MAX)).half() if norm_balance else ones.half()
+    u = x / torch.where(norm.float() > 0, norm.float(), ones)
+    keep = (torch.ones(x.shape[:-1], dtype=torch.bool, device=x.device) if exclude is None
+            else ~exclude.expand(x.shape[:-1]))[..., None]
+    big = torch.finfo(torch.float32).max
+    lo = torch.where(keep, u, big).amin(-2, keepdim=True)
+    hi = torch.where(keep, u, -big).amax(-2, keepdim=True)
+    empty = ~keep.any(-2, keepdim=True)                     # a tile of sinks only: nothing to range over
+    lo, hi = torch.where(empty, 0.0, lo), torch.where(empty, 0.0, hi)
+    levels = 2 ** bits - 1
+    f = dict(norm=norm, scale_peak=None, zero_peak=None)
+    if meta_bits == 16:
+        f["scale"], f["zero"] = ((hi - lo) / levels).half(), lo.half()
+    else:   # the zero first; the scale then spans what the stored zero leaves of the range
+        f["zero_peak"] = lo.abs().amax(-1, keepdim=True).half()
+        f["zero"] = (lo / _e4m3_unit(f["zero_peak"])).clamp(-448, 448).to(torch.float8_e4m3fn)
+        step = (hi - f["zero"].float() * _e4m3_unit(f["zero_peak"])) / levels
+        f["scale_peak"] = step.abs().amax(-1, keepdim=True).half()
+        f["scale"] = (step / _e4m3_unit(f["scale_peak"])).clamp(-448, 448).to(torch.float8_e4m3fn)
+    scale, zero = _meta(f)
+    inv = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
+    f["codes"] = torch.floor((u - zero) * inv + 0.5).clamp(0, levels).to(torch.uint8)
+    return f
+
+
+def _meta(f: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """(scale, zero) as fp32 values from the stored fields."""
+    if f["scale_peak"] is None:
+        return f["scale"].float(), f["zero"].float()
+    return f["scale"].float() * _e4m3_unit(f["scale_peak"]), f["zero"].float() * _e4m3_unit(f["zero_peak"])
+
+
+def decode_channel_tile(f: dict) -> torch.Tensor:
+    """The stored fields of `encode_channel_tile` -> fp32 [..., T, D]: norm * (code * scale + zero)."""
+    scale, zero = _meta(f)
+    return (f["codes"].float() * scale + zero) * f["norm"].float()
 
 
 def channel_tiles(x: torch.Tensor, tile: int, bits: int, norm_balance: bool = True,
                   exclude: torch.Tensor | None = None, meta_bits: int = 16) -> torch.Tensor:
     """x [T, H, D] (rotated) -> what the cache reads back, fp32 [T, H, D].
 
-    Per tile of `tile` tokens and per (head, channel): scale = fp16((hi - lo) / (2^b - 1)),
-    zero = fp16(lo) over the tile's tokens not in `exclude` [T] bool; code = clamp(round((u - zero)
-    / scale), 0, 2^b - 1) with u = x / fp16(norm) under `norm_balance`, else u = x. A last, partial
-    tile is quantized over the tokens it has (the engine quantizes a tile only once it is full; the
-    harness's window masks make that difference unobservable)."""
-    _check_bits(bits)
+    Per tile of `tile` tokens and per (head, channel): u = x / fp16(norm) under `norm_balance`
+    (else u = x); lo / hi = the channel's min / max over the tile's tokens not in `exclude` [T]
+    bool; zero = lo and scale = (hi - lo) / (2^b - 1), stored as fp16 (`meta_bits` 16) or as e4m3
+    under an fp16 peak per tile and head (8: the scale then spans hi - the stored zero); code =
+    clamp(round((u - zero) / scale), 0, 2^b - 1). A last, partial tile is quantized over the tokens
+    it has (the engine quantizes a tile only once it is full; the harness's window masks make that
+    difference unobservable)."""
     T, H, D = x.shape
-    x = sanitize(x)
-    norm = _fp16(x.norm(dim=-1, keepdim=True).clamp(max=FP16_MAX)) if norm_balance else torch.ones(T, H, 1)
-    u = x / torch.where(norm > 0, norm, torch.ones_like(norm))
     pad = (-T) % tile
-    keep = torch.ones(T, dtype=torch.bool) if exclude is None else ~exclude
-    u_p = torch.cat([u, u.new_zeros(pad, H, D)]).reshape(-1, tile, H, D)
-    k_p = torch.cat([keep, keep.new_zeros(pad)]).reshape(-1, tile, 1, 1)
-    big = torch.finfo(torch.float32).max
-    lo = torch.where(k_p, u_p, torch.full_like(u_p, big)).amin(1, keepdim=True)
-    hi = torch.where(k_p, u_p, torch.full_like(u_p, -big)).amax(1, keepdim=True)
-    empty = ~k_p.any(1, keepdim=True)                       # a tile of sinks only: nothing to range over
-    lo, hi = torch.where(empty, 0.0, lo), torch.where(empty, 0.0, hi)
-    levels = 2 ** bits - 1
-    if meta_bits == 16:
-        scale, zero = _fp16((hi - lo) / levels), _fp16(lo)
-    elif meta_bits == 8:   # scale rounded up, so the stored range still covers the tile
-        zero = _e4m3_relative(lo, dim=3)
-        scale = _e4m3_relative((hi - zero) / levels, dim=3)
-    else:
-        raise ValueError(f"tile quantizer: {meta_bits}-bit metadata is not 16 or 8")
-    inv = torch.where(scale > 0, 1.0 / scale, torch.zeros_like(scale))
-    codes = torch.floor((u_p - zero) * inv + 0.5).clamp(0, levels)
-    rec = (codes * scale + zero).reshape(-1, H, D)[:T]
-    return rec * norm
+    keep_pad = torch.cat([torch.zeros(T, dtype=torch.bool) if exclude is None else exclude,
+                          torch.ones(pad, dtype=torch.bool)])
+    xp = torch.cat([x, x.new_zeros(pad, H, D)]).reshape(-1, tile, H, D).transpose(1, 2)     # [n, H, tile, D]
+    f = encode_channel_tile(xp, bits, keep_pad.reshape(-1, 1, tile), norm_balance, meta_bits)
+    return decode_channel_tile(f).transpose(1, 2).reshape(-1, H, D)[:T]
 
 
 def token_groups(x: torch.Tensor, group: int, bits: int, levels: str = "std") -> torch.Tensor:
