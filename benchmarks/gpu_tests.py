@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """GPU test entry point whose exit status means what it says: every collected test passed.
 
-  python3 benchmarks/gpu_tests.py --out DIR [--shards 4] [--timeout 400] [-k EXPR] [--allow-skip TEXT ...] [TESTS ...]
+  python3 benchmarks/gpu_tests.py --out DIR [--shards 4] [--timeout 400] [-k EXPR] [--own-shard TEXT]
+                                  [--allow-skip TEXT ...] [TESTS ...]
 
 Collects TESTS (default: the kernel tests and the real-engine GPU tests), runs them in parallel
 pytest shards (compiling is what takes the time on a GPU machine's cores), each under its own
@@ -24,7 +25,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
-DEFAULT_TESTS = ["aphrodite_int2kv_tests/test_kernels.py"]
+DEFAULT_TESTS = ["aphrodite_int2kv_tests/test_kernels.py", "aphrodite_int2kv_tests/test_engine_gpu.py"]
 
 
 def collect(tests, k):
@@ -66,7 +67,9 @@ def run(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     ids = collect(args.tests, args.k)
     print(f"{len(ids)} tests collected", flush=True)
-    shards = [ids[i::args.shards] for i in range(args.shards) if ids[i::args.shards]]
+    alone = [t for t in ids if args.own_shard and args.own_shard in t]     # e.g. engines: one at a time
+    rest = [t for t in ids if t not in alone]
+    shards = [rest[i::args.shards] for i in range(args.shards) if rest[i::args.shards]] + ([alone] if alone else [])
     procs = []
     t0 = time.time()
     for i, shard in enumerate(shards):
@@ -142,6 +145,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--timeout", type=int, default=400, help="seconds per shard")
     ap.add_argument("-k", default="", help="pytest -k: a subset")
+    ap.add_argument("--own-shard", default="", help="tests whose id contains this run one after another in a shard of "
+                                                   "their own (engines that each size the GPU's free memory)")
     ap.add_argument("--allow-skip", action="append", default=[],
                     help="a text in the reason of skips that are GPU-irrelevant (repeatable); other skips fail the run")
     return run(ap.parse_args(argv))
