@@ -80,7 +80,7 @@ def _hybrid(tmp_path):
                     linear_num_value_heads=8, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=64,
                     shared_expert_intermediate_size=64, decoder_sparse_step=1, mlp_only_layers=[],
                     layer_types=["linear_attention"] * 3 + ["full_attention"], max_position_embeddings=4096,
-                    torch_dtype="bfloat16").save_pretrained(tmp_path)
+                    architectures=["Qwen3NextForCausalLM"], torch_dtype="bfloat16").save_pretrained(tmp_path)
     return str(tmp_path)
 
 

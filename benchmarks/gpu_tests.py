@@ -130,14 +130,15 @@ def environment() -> dict:
                              capture_output=True, text=True, timeout=30).stdout.strip() or "none"
     except (OSError, subprocess.TimeoutExpired):
         pass
-    try:   # a copy of the tree without .git (a GPU machine's) names its commit in INT2KV_COMMIT
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
-                               text=True).stdout
-    except OSError:
-        commit, dirty = "", ""
+    # a copy of the tree whose .git is missing or stale (a GPU machine's) is named by INT2KV_COMMIT
+    commit, dirty = os.environ.get("INT2KV_COMMIT", ""), ""
     if not commit:
-        commit, dirty = os.environ.get("INT2KV_COMMIT", ""), ""
+        try:
+            commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+            dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                   text=True).stdout
+        except OSError:
+            pass
     return dict(gpu=gpu, torch=version("torch"), triton=version("triton"), aphrodite=version("aphrodite"),
                 commit=(commit or "unknown") + (" + uncommitted changes" if dirty.strip() else ""),
                 device_limits=os.environ.get("APHRODITE_INT2KV_DEVICE_LIMITS", ""),
