@@ -764,3 +764,23 @@ def test_hybrid_prefix_caching_with_the_window_fails_with_the_fix(registered, tm
             _engine_specs(cfg)
     else:
         _engine_specs(cfg)
+
+
+def test_mla_layers_refuse_int2_with_the_fix(registered):
+    """An MLA model (DeepSeek-style latent KV) with --kv-cache-dtype int2 stops where its attention
+    layer is built, naming the layer and the dtypes that work; other dtypes reach the layer's own
+    constructor (which fails here on the stand-in projection, not on our check)."""
+    from aphrodite.config import CacheConfig
+    from aphrodite.model_executor.layers.attention.mla_attention import MLAAttention
+
+    args = dict(num_heads=8, scale=0.1, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                q_lora_rank=None, kv_lora_rank=512, kv_b_proj=None, prefix="model.layers.0.self_attn.mla_attn")
+    with pytest.raises(Int2ConfigError, match=r"int2 does not support MLA.*model.layers.0.self_attn.mla_attn.*auto or fp8"):
+        MLAAttention(cache_config=CacheConfig(cache_dtype="int2"), **args)
+    with pytest.raises(Exception) as other:
+        MLAAttention(cache_config=CacheConfig(cache_dtype="auto"), **args)
+    assert not isinstance(other.value, Int2ConfigError)
+    import aphrodite_int2kv
+    aphrodite_int2kv.register()                     # idempotent: still one check, not two
+    with pytest.raises(Int2ConfigError):
+        MLAAttention(cache_config=CacheConfig(cache_dtype="int2"), **args)

@@ -229,3 +229,32 @@ def test_ci_deselects_engine_free_tests_only_for_the_torch_and_triton_they_passe
     for value in ("torch 0.0 triton 0.0", None):
         other = run(value)
         assert other.returncode == 0 and " passed" in other.stdout and "engine-free" not in other.stdout
+
+
+def test_a_patch_that_fails_leaves_the_others_and_non_int2_users_working(engine, tmp_path):
+    """A patch whose apply() raises (here: the int2 dtype patch, made to fail in a fresh process)
+    is recorded as failed and logged; the other patches still apply, and a model with the engine's
+    own KV dtype still configures and builds its attention layers."""
+    from aphrodite_int2kv.engine.offline import heads_dir
+
+    model = heads_dir(tmp_path, 8, 2, 64, max_positions=4096)
+    code = (
+        "import aphrodite_int2kv, aphrodite_int2kv.patches.int2_kv_cache as P\n"
+        "def broken():\n    raise RuntimeError('simulated engine change')\n"
+        "P.apply = broken\n"
+        "states = {o.name: o.state for o in aphrodite_int2kv.register()}\n"
+        "print('STATES', sorted(states.items()))\n"
+        "from aphrodite.engine.arg_utils import EngineArgs\n"
+        "from aphrodite.config import set_current_aphrodite_config\n"
+        "from aphrodite.model_executor.layers.attention.attention import Attention\n"
+        f"cfg = EngineArgs(model={model!r}, max_model_len=1024, skip_tokenizer_init=True).create_engine_config()\n"
+        "with set_current_aphrodite_config(cfg):\n"
+        "    a = Attention(8, 64, 0.125, num_kv_heads=2, cache_config=cfg.cache_config, prefix='model.layers.0.self_attn.attn')\n"
+        "print('BUILT', a.kv_cache_dtype)\n")
+    res = run_python(code, cpu_platform=True)
+    assert "BUILT auto" in res.stdout, res.stdout + res.stderr[-3000:]
+    states = dict(eval(res.stdout.split("STATES ", 1)[1].splitlines()[0]))
+    assert states["int2-kv-cache-dtype"] == "failed" and states["env-names"] in ("applied", "upstream")
+    word = "applied" if engine < (0, 22, 0) else "upstream"
+    assert states["exl3-gdn-in-proj-qkv"] == word and states["lora-device-exl3"] == word
+    assert "patch int2-kv-cache-dtype failed: RuntimeError: simulated engine change" in res.stdout + res.stderr

@@ -21,6 +21,8 @@ How (each step probes before it changes anything; every wrapper carries the plug
        registers Int2WindowManager for Int2WindowSpec (`spec_manager_map` on 0.21-0.23,
        `KVCacheSpecRegistry` on 0.24): pages only for positions inside the window after each step,
        plus one prefix-hit point's window per step.
+    F. MLA layers (`MLAAttention`, `DeepseekV4MLAAttention`) built with int2 raise a clear error
+       naming the layer: their own backends would be asked to read int2 pages.
 Upstream PR:
     none (a new feature of this plugin).
 Remove when:
@@ -227,12 +229,47 @@ def _window_companions() -> str:
                               " (engine sliding-window budget)")
 
 
+MLA_REFUSED = ("--kv-cache-dtype int2 does not support MLA attention (layer {prefix!r}: DeepSeek-style "
+               "latent KV, one shared latent vector per token instead of K and V heads); use --kv-cache-dtype "
+               "auto or fp8 for this model")
+
+
+def _refuse_mla() -> str:
+    """MLA layers pick their own backends: an int2 request would reach one that cannot read int2
+    pages (or fail somewhere less clear). Refuse it where the layer is built, naming the layer."""
+    classes = []
+    for mod, name in (("aphrodite.model_executor.layers.attention.mla_attention", "MLAAttention"),
+                      ("aphrodite.model_executor.layers.deepseek_v4_attention", "DeepseekV4MLAAttention")):
+        try:
+            classes.append(getattr(__import__(mod, fromlist=[name]), name))
+        except (ImportError, AttributeError):
+            continue
+    for cls in classes:
+        orig = cls.__init__
+        if is_ours(orig):
+            continue
+        sig = inspect.signature(orig)
+
+        def __init__(self, *args, _orig=orig, _sig=sig, **kwargs):
+            bound = _sig.bind_partial(self, *args, **kwargs).arguments
+            dtype = getattr(bound.get("cache_config"), "cache_dtype", None) or _configured_dtype()
+            if dtype == INT2:
+                from aphrodite_int2kv.int2.format import Int2ConfigError
+
+                raise Int2ConfigError(MLA_REFUSED.format(prefix=bound.get("prefix", "")))
+            _orig(self, *args, **kwargs)
+
+        cls.__init__ = mark(functools.wraps(orig)(__init__))
+    return f"MLA refused ({len(classes)} layer classes)"
+
+
 def apply() -> Outcome:
     done = []
     try:
         done.append(_dtype_literal())
         done.append(_backend_selection())
         done.append(_window_companions())
+        done.append(_refuse_mla())
         if shape_based_kv_api():
             done.append(_kv_spec())
             done.append(_hybrid_alignment())
