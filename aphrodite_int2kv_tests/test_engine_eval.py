@@ -88,3 +88,37 @@ def test_a_refusing_dtype_reports_the_engines_reason(tmp_path):
     log.write_text("killed\n")
     assert E.failure_reason(str(log)) == "killed"
     assert E.failure_reason(str(tmp_path / "none.log")) == "no log"
+
+
+def test_the_suite_is_scored_from_the_engines_prompt_logprobs(engine):
+    """eval --engine --suite: each target position's own token with its rank (prompt_logprobs=1),
+    in the engine's own Logprob objects: rank 1 is a top-1 hit, the NLL sums, an item is answered
+    exactly when every target is top-1; a position without its token is a miss with NaN NLL."""
+    from aphrodite.logprobs import Logprob
+
+    ids = [5, 6, 7, 8]
+    plp = [None, {6: Logprob(-0.1, rank=1)}, {7: Logprob(-2.0, rank=3), 9: Logprob(-0.5, rank=1)},
+           {8: Logprob(-0.3, rank=1)}]
+    got = E.score_prompt_logprobs(plp, ids, [1, 2, 3])
+    assert got == dict(n=3, top1=2, nll=pytest.approx(2.4), exact=False)
+    assert E.score_prompt_logprobs(plp, ids, [1, 3])["exact"]
+    assert math.isnan(E.score_prompt_logprobs([None, {}], [5, 6], [1])["nll"])
+
+
+def test_the_plan_carries_the_suite_with_its_scored_positions(tmp_path):
+    """make_plan(suite=...): the same items the harness scores, as token ids and the positions of
+    the tokens to score (the copy's second half read back; the pass key's digits)."""
+    from aphrodite_int2kv.quality import assets, longctx, smollm
+
+    cfg, sd, tok = smollm.load(assets.model_path())
+    with open(assets.text_path("moby-dick"), encoding="utf-8") as f:
+        text = f.read()
+    plan = E.make_plan(tok, text, windows=1, tokens=256, greedy_prompts=1, longctx_items=1,
+                       suite=dict(distances=[512], passages=1, far=[], passkeys=["1024:0.5"]))
+    copy, key = plan["suite"]
+    assert copy["label"] == "copy@512" and key["label"] == "passkey1024@0.50"
+    first = copy["ids"][256:512]
+    assert [copy["ids"][t] for t in copy["targets"]] == first[8:]
+    digits = tok.decode([key["ids"][t] for t in key["targets"]])
+    assert digits.isdigit() and len(digits) == 5 and tok.decode(key["ids"]).count(digits) == 3
+    assert E.make_plan(tok, text, windows=1, tokens=256, greedy_prompts=1, longctx_items=1)["suite"] == []

@@ -149,12 +149,8 @@ def add_longctx_parser(sub):
                         "rebuilt beside int2's default")
     p.add_argument("--only", default="", help="comma-separated substrings: keep the schemes whose name has one (fp is "
                                               "always kept)")
-    p.add_argument("--distances", default="1024,3072,6144", help="copy test: tokens between the two copies")
-    p.add_argument("--passages", type=int, default=2, help="copy test: passages per distance")
-    p.add_argument("--far", default="4096:moby-dick,4096:sotu,8192:moby-dick",
-                   help="far perplexity windows as TOKENS:TEXT, scored on their second half")
-    p.add_argument("--passkeys", default="4096:0.1,0.3,0.5,0.7,0.9",
-                   help="pass keys as CONTEXT:DEPTH,DEPTH,... (several contexts separated by '/'); empty = none")
+    from aphrodite_int2kv.quality.longctx import add_suite_arguments
+    add_suite_arguments(p)
     p.add_argument("--device", default="cpu", help="torch device for the forward (cpu, cuda): the same fp32 arithmetic")
     p.add_argument("--json", default=None)
     p.set_defaults(func=run_longctx)
@@ -163,48 +159,7 @@ def add_longctx_parser(sub):
 def _longctx_items(tok, args):
     from aphrodite_int2kv.quality import longctx
 
-    texts = {}
-
-    def ids(name):
-        if name not in texts:
-            texts[name] = longctx.text_ids(tok, name)
-        return texts[name]
-
-    items = longctx.copy_items(ids("moby-dick"), [int(d) for d in args.distances.split(",") if d], args.passages)
-    for spec in filter(None, args.far.split(",")):
-        n, name = spec.split(":")
-        items += longctx.far_windows(ids(name), name, int(n), 1, start=len(ids(name)) // 3)
-    for spec in filter(None, args.passkeys.split("/")):
-        context, depths = spec.split(":")
-        items += longctx.passkey_items(tok, int(context), [float(x) for x in depths.split(",")])
-    return items
-
-
-def summarize_longctx(scheme_rows, fp_rows):
-    """Per task (the label before '@', with the distance or window): the measured figures, pass keys
-    counted only where full precision is right."""
-    out = {}
-    for r, f in zip(scheme_rows, fp_rows):
-        task = r["label"].split("@")[0] if r["label"].startswith("passkey") else r["label"]
-        a = out.setdefault(task, dict(n=0, top1=0, nll=0.0, fp_nll=0.0, kl=0.0, items=0, fp_right=0, right=0))
-        a["n"] += r["n"]
-        a["top1"] += r["top1"]
-        a["nll"] += r["nll"]
-        a["fp_nll"] += f["nll"]
-        a["kl"] += r.get("kl", 0.0)
-        a["items"] += 1
-        a["fp_right"] += f["exact"]
-        a["right"] += f["exact"] and r["exact"]
-    res = {}
-    for task, a in out.items():
-        if task.startswith("copy"):
-            res[task] = dict(top1=a["top1"] / a["n"], nll=a["nll"] / a["n"], tokens=a["n"])
-        elif task.startswith("far"):
-            res[task] = dict(ppl=math.exp(a["nll"] / a["n"]), rel=math.exp((a["nll"] - a["fp_nll"]) / a["n"]) - 1,
-                             kl=a["kl"] / a["n"], tokens=a["n"])
-        else:
-            res[task] = dict(right=a["right"], fp_right=a["fp_right"], items=a["items"])
-    return res
+    return longctx.suite_items(tok, **longctx.suite_flags(args))
 
 
 def run_longctx(args) -> int:
@@ -236,7 +191,7 @@ def run_longctx(args) -> int:
                    bits_at_context=round(scheme.bits_per_element(cfg.head_dim, context=longest, layers=cfg.n_layers), 3),
                    bits_32k=round(scheme.bits_per_element(cfg.head_dim, context=32768, layers=cfg.n_layers), 3),
                    bits_32k_d128=round(scheme.bits_per_element(128, context=32768), 3),
-                   tasks=summarize_longctx(res, fp))
+                   tasks=longctx.summarize(res, fp))
         rows.append(row)
         if args.json:   # rows as they come: a long run keeps what it measured
             with open(args.json, "w") as f:

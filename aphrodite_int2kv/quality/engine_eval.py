@@ -113,8 +113,10 @@ def hf_checkpoint(gguf_path: str, out_dir: str, max_len: int = 8192):
 # ---- what each process is asked -----------------------------------------------------------------
 
 def make_plan(tok, text: str, windows: int = 4, tokens: int = 1024, start: int = 78003,
-              greedy_prompts: int = 4, greedy_tokens: int = 256, longctx_items: int = 10) -> dict:
-    """Token ids for every measurement (the same for every dtype)."""
+              greedy_prompts: int = 4, greedy_tokens: int = 256, longctx_items: int = 10,
+              suite: dict | None = None) -> dict:
+    """Token ids for every measurement (the same for every dtype). `suite`: the long-context
+    suite's flags (longctx.suite_items' arguments), scored from the engine's prompt log-probs."""
     from aphrodite_int2kv.quality import longctx
 
     ids = tok.encode(text).ids
@@ -125,8 +127,29 @@ def make_plan(tok, text: str, windows: int = 4, tokens: int = 1024, start: int =
     greedy = [ids[g0 + i * 512: g0 + (i + 1) * 512] for i in range(greedy_prompts)]
     items = (longctx.needle_items(longctx_items, 40) + longctx.position_items(longctx_items, 6, 40)
              + longctx.order_items(longctx_items, 5, 30))
-    return {"ppl": ppl, "greedy": greedy, "greedy_tokens": greedy_tokens,
-            "longctx": [{"kind": k, "prompt": tok.encode(p).ids, "answer": a} for k, p, a in items]}
+    plan = {"ppl": ppl, "greedy": greedy, "greedy_tokens": greedy_tokens,
+            "longctx": [{"kind": k, "prompt": tok.encode(p).ids, "answer": a} for k, p, a in items], "suite": []}
+    if suite:
+        plan["suite"] = [{"label": label, "ids": seq.tolist(), "targets": (rows + 1).tolist()}
+                         for label, seq, rows, _ in longctx.suite_items(tok, **suite)]
+    return plan
+
+
+def score_prompt_logprobs(prompt_logprobs, ids: list[int], targets: list[int]) -> dict:
+    """The suite's figures for one item from the engine's prompt log-probs (prompt_logprobs=1: each
+    position's own token with its rank): top-1 hits (rank 1), NLL, and whether every target was
+    top-1 (what greedy decoding would have answered). A position without its token counts as a
+    miss with NaN NLL."""
+    top1, nll = 0, 0.0
+    for t in targets:
+        d = prompt_logprobs[t]
+        v = None if d is None else d.get(ids[t])
+        if v is None:
+            nll = float("nan")
+            continue
+        top1 += getattr(v, "rank", None) == 1
+        nll -= float(getattr(v, "logprob", v))
+    return dict(n=len(targets), top1=top1, nll=nll, exact=top1 == len(targets))
 
 
 # ---- scoring (pure functions: tested on CPU) -------------------------------------------------------
@@ -196,6 +219,10 @@ def summarize(results: dict, late_from: int) -> list[dict]:
                 row["logprob_gap"] = sum(gaps) / max(1, len(gaps))
             same = [a == b for a, b in zip(ref["answers"], r["answers"])]
             row["answers_equal_bf16"] = sum(same) / max(1, len(same))
+        if r.get("suite") and ref and ref.get("suite"):
+            from aphrodite_int2kv.quality.longctx import summarize as summarize_suite
+
+            row["suite"] = summarize_suite(r["suite"], ref["suite"])
         right = [score_answer(k, a, w) for k, a, w in zip(r["kinds"], r["answers"], r["wanted"])]
         row["answers_right"] = sum(right) / max(1, len(right))
         row["items"] = len(right)
@@ -222,6 +249,17 @@ def markdown(rows: list[dict]) -> str:
                    f"{pct(r.get('ppl_late_delta'))} | {', '.join(map(str, r.get('agree_tokens', [])))} | "
                    f"{num(r.get('logprob_gap'), '.3f')} | {100 * r['answers_right']:.0f} % of {r['items']} | "
                    f"{'' if equal is None else f'{100 * equal:.0f} %'} |")
+    suite = [r for r in rows if r.get("suite")]
+    if suite:
+        tasks = list(suite[0]["suite"])
+        out += ["", "| KV cache | " + " | ".join(tasks) + " |", "|---|" + "---|" * len(tasks)]
+        for r in suite:
+            cells = []
+            for t in tasks:
+                m = r["suite"][t]
+                cells.append(f"{100 * m['top1']:.1f} % top-1" if t.startswith("copy") else
+                             f"{100 * m['rel']:+.1f} % PPL" if t.startswith("far") else f"{m['right']} of {m['fp_right']}")
+            out.append(f"| {r['kv']} | " + " | ".join(cells) + " |")
     return "\n".join(out)
 
 
@@ -233,7 +271,8 @@ def worker(model_dir: str, kv_dtype: str, plan: dict, ref: dict | None, chunk: i
     from aphrodite.inputs import TokensPrompt
 
     kw = dict(model=model_dir, skip_tokenizer_init=True, dtype="bfloat16", kv_cache_dtype=kv_dtype,
-              max_model_len=8192, max_num_batched_tokens=chunk, enable_chunked_prefill=True,
+              max_model_len=max(8192, max((len(it["ids"]) for it in plan.get("suite", [])), default=0)) + 64,
+              max_num_batched_tokens=chunk, enable_chunked_prefill=True,
               enable_prefix_caching=False, gpu_memory_utilization=0.5, enforce_eager=not graphs, seed=0,
               max_num_seqs=16)
     kw.update(baseline_backend(kv_dtype))
@@ -262,6 +301,11 @@ def worker(model_dir: str, kv_dtype: str, plan: dict, ref: dict | None, chunk: i
                          for o, p, s in zip(outs, plan["greedy"], seqs)]
     else:
         res["forced"] = None
+    if plan.get("suite"):   # the long-context suite, read back from the cache in chunks of `chunk`
+        outs = llm.generate(prompts([it["ids"] for it in plan["suite"]]),
+                            SamplingParams(max_tokens=1, prompt_logprobs=1, detokenize=False), use_tqdm=False)
+        res["suite"] = [dict(label=it["label"], **score_prompt_logprobs(o.prompt_logprobs, it["ids"], it["targets"]))
+                        for o, it in zip(outs, plan["suite"])]
     items = plan["longctx"]
     outs = llm.generate(prompts([it["prompt"] for it in items]),
                         SamplingParams(temperature=0.0, max_tokens=24, detokenize=False), use_tqdm=False)
@@ -292,6 +336,11 @@ def add_arguments(p):
     p.add_argument("--graphs", action="store_true", help="CUDA graphs (default: eager)")
     p.add_argument("--worker-timeout", type=int, default=300, help="seconds one dtype's process may take")
     p.add_argument("--markdown", default=None, help="write the table here")
+    p.add_argument("--suite", action="store_true",
+                   help="also the long-context suite (copy test, far perplexity, pass keys, as `longctx` measures "
+                        "them in the harness), scored from the engine's prompt log-probs")
+    from aphrodite_int2kv.quality.longctx import add_suite_arguments
+    add_suite_arguments(p)
 
 
 def run_engine(args) -> int:
@@ -305,8 +354,11 @@ def run_engine(args) -> int:
     t0 = time.time()
     tok = hf_checkpoint(assets.model_path(), work)
     with open(assets.text_path(args.text), encoding="utf-8") as f:
+        from aphrodite_int2kv.quality.longctx import suite_flags
+
+        suite = suite_flags(args) if args.suite else None
         plan = make_plan(tok, f.read(), args.windows, args.tokens, args.start, greedy_tokens=args.greedy_tokens,
-                         longctx_items=args.items)
+                         longctx_items=args.items, suite=suite)
     plan_path = os.path.join(work, "plan.json")
     with open(plan_path, "w") as f:
         json.dump(plan, f)

@@ -5,6 +5,7 @@ cannot solve are dropped before schemes are compared (a 135M model has limits)."
 
 from __future__ import annotations
 
+import math
 import random
 
 import torch
@@ -154,3 +155,67 @@ def score_items(cfg, sd, items, attention, reference=None, progress=None):
         r["logp"] = logp.half()
         out.append(r)
     return out
+
+
+def add_suite_arguments(p) -> None:
+    """The suite's flags, shared by `longctx` (the harness) and `eval --engine --suite` (the engine)."""
+    p.add_argument("--distances", default="1024,3072,6144", help="copy test: tokens between the two copies")
+    p.add_argument("--passages", type=int, default=2, help="copy test: passages per distance")
+    p.add_argument("--far", default="4096:moby-dick,4096:sotu,8192:moby-dick",
+                   help="far perplexity windows as TOKENS:TEXT, scored on their second half")
+    p.add_argument("--passkeys", default="4096:0.1,0.3,0.5,0.7,0.9",
+                   help="pass keys as CONTEXT:DEPTH,DEPTH,... (several contexts separated by '/'); empty = none")
+
+
+def suite_flags(args) -> dict:
+    """The parsed flags as suite_items' arguments."""
+    return dict(distances=[int(d) for d in args.distances.split(",") if d], passages=args.passages,
+                far=list(filter(None, args.far.split(","))), passkeys=list(filter(None, args.passkeys.split("/"))))
+
+
+def suite_items(tok, distances, passages: int, far: list[str], passkeys: list[str]):
+    """The suite's items: copy tests at `distances`, far windows as 'TOKENS:TEXT', pass keys as
+    'CONTEXT:DEPTH,DEPTH,...' (the `longctx` command's flags)."""
+    texts = {}
+
+    def ids(name):
+        if name not in texts:
+            texts[name] = text_ids(tok, name)
+        return texts[name]
+
+    items = copy_items(ids("moby-dick"), distances, passages) if distances else []
+    for spec in far:
+        n, name = spec.split(":")
+        items += far_windows(ids(name), name, int(n), 1, start=len(ids(name)) // 3)
+    for spec in passkeys:
+        context, depths = spec.split(":")
+        items += passkey_items(tok, int(context), [float(x) for x in depths.split(",")])
+    return items
+
+
+def summarize(scheme_rows, ref_rows):
+    """Per task (copy@D, far@N:TEXT, passkeyN): top-1 and NLL on the copy, perplexity and its
+    increase over the reference (and KL where measured) far away, pass keys right where the
+    reference is right. Rows as `score_items` returns them, the same items in the same order."""
+    out = {}
+    for r, f in zip(scheme_rows, ref_rows):
+        task = r["label"].split("@")[0] if r["label"].startswith("passkey") else r["label"]
+        a = out.setdefault(task, dict(n=0, top1=0, nll=0.0, fp_nll=0.0, kl=0.0, items=0, fp_right=0, right=0))
+        a["n"] += r["n"]
+        a["top1"] += r["top1"]
+        a["nll"] += r["nll"]
+        a["fp_nll"] += f["nll"]
+        a["kl"] += r.get("kl", 0.0)
+        a["items"] += 1
+        a["fp_right"] += f["exact"]
+        a["right"] += f["exact"] and r["exact"]
+    res = {}
+    for task, a in out.items():
+        if task.startswith("copy"):
+            res[task] = dict(top1=a["top1"] / a["n"], nll=a["nll"] / a["n"], tokens=a["n"])
+        elif task.startswith("far"):
+            res[task] = dict(ppl=math.exp(a["nll"] / a["n"]), rel=math.exp((a["nll"] - a["fp_nll"]) / a["n"]) - 1,
+                             kl=a["kl"] / a["n"], tokens=a["n"])
+        else:
+            res[task] = dict(right=a["right"], fp_right=a["fp_right"], items=a["items"])
+    return res
