@@ -1,4 +1,4 @@
-"""``aphrodite-int2kv`` command line: ``doctor``, ``eval``, ``longctx``, ``make-rotation``, ``calibrate``."""
+"""``aphrodite-int2kv`` command line: ``doctor``, ``eval``, ``longctx``, ``make-rotation``, ``calibrate``, ``k-offsets``."""
 
 from __future__ import annotations
 
