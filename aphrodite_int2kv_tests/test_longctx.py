@@ -175,7 +175,7 @@ def test_longctx_on_the_real_model_separates_todays_int2_from_the_tile_format(tm
 
     out = tmp_path / "lc.json"
     assert cli(["longctx", "--distances", "512", "--passages", "1", "--far", "", "--passkeys", "",
-                "--only", "engine default,K3 V2 tile64 v_tiles=True + sink4", "--schemes", "sweep",
+                "--only", "engine default,K3 V2 tile64 v_tiles=True meta_bits=8", "--schemes", "candidates",
                 "--json", str(out)]) == 0
     rows = {r["scheme"]: r for r in json.loads(out.read_text())["rows"]}
     copy = {name.split(":")[0]: r["tasks"]["copy@512"]["top1"] for name, r in rows.items()}
@@ -264,3 +264,30 @@ def test_folded_decode_arithmetic_equals_attention_over_the_decoded_tile():
     p = (s / 128 ** 0.5).softmax(-1)
     assert torch.allclose(folded_pv(p, rec, layout), p @ vd, rtol=1e-4, atol=1e-5)
     assert not torch.allclose(s, q @ k.transpose(-1, -2), rtol=1e-3)            # it is the quantized tile
+
+
+def test_the_quick_suite_and_the_candidate_rows():
+    """--quick replaces the suite's four flags by a smaller set; the default rows are the
+    references, int2 as shipped and the chosen tile format, each sweep row a distinct scheme."""
+    import argparse
+
+    from aphrodite_int2kv.quality.longctx import QUICK, add_suite_arguments, suite_flags
+
+    p = argparse.ArgumentParser()
+    add_suite_arguments(p)
+    full, quick = suite_flags(p.parse_args([])), suite_flags(p.parse_args(["--quick"]))
+    assert full["distances"] == [1024, 3072, 6144] and len(full["passkeys"][0].split(",")) == 5
+    assert quick == dict(distances=[1024, 3072], passages=1, far=["4096:moby-dick"], passkeys=["4096:0.5"])
+    assert QUICK["passages"] == 1
+    rows = S.longctx_schemes()
+    assert [r.kind for r in rows[:3]] == ["fp", "fp8", "int2"] and rows[2].name.startswith("engine default")
+    assert {(r.k_bits, r.v_bits, r.tile, r.meta_bits, r.v_tiles) for r in rows if r.kind == "tiles"} == {
+        (3, 2, 32, 8, True), (3, 2, 64, 8, True)}
+    sweep = S.longctx_schemes(sweep=True)
+    assert len({r.name for r in sweep}) == len(sweep) and len({dataclasses_key(r) for r in sweep}) == len(sweep)
+
+
+def dataclasses_key(s):
+    import dataclasses
+
+    return tuple(v for k, v in dataclasses.asdict(s).items() if k != "name")

@@ -151,6 +151,9 @@ def add_longctx_parser(sub):
                                               "always kept)")
     from aphrodite_int2kv.quality.longctx import add_suite_arguments
     add_suite_arguments(p)
+    p.add_argument("--rotations", default=None,
+                   help="a folder with k_rotation.pt / v_rotation.pt (aphrodite-int2kv calibrate): each tile row "
+                        "selected is measured with them too")
     p.add_argument("--device", default="cpu", help="torch device for the forward (cpu, cuda): the same fp32 arithmetic")
     p.add_argument("--json", default=None)
     p.set_defaults(func=run_longctx)
@@ -176,6 +179,13 @@ def run_longctx(args) -> int:
     if args.only:
         keys = args.only.split(",")
         schemes = [s for s in schemes if s.kind == "fp" or any(k in s.name for k in keys)]
+    if args.rotations:
+        import dataclasses
+        import os
+
+        k_rot, v_rot = (os.path.join(args.rotations, f) for f in ("k_rotation.pt", "v_rotation.pt"))
+        schemes += [dataclasses.replace(s, name=s.name + " + calibrated rotations", k_rotation=k_rot, v_rotation=v_rot)
+                    for s in schemes if s.kind == "tiles"]
     items = _longctx_items(tok, args)
     longest = max(len(seq) for _, seq, _, _ in items)
     t0, rows, fp = time.time(), [], None

@@ -5,6 +5,7 @@ cannot solve are dropped before schemes are compared (a 135M model has limits)."
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 
@@ -165,10 +166,19 @@ def add_suite_arguments(p) -> None:
                    help="far perplexity windows as TOKENS:TEXT, scored on their second half")
     p.add_argument("--passkeys", default="4096:0.1,0.3,0.5,0.7,0.9",
                    help="pass keys as CONTEXT:DEPTH,DEPTH,... (several contexts separated by '/'); empty = none")
+    p.add_argument("--quick", action="store_true",
+                   help="a smaller suite for comparing schemes on a CPU (copy at 1K and 3K, one passage, one far "
+                        "window, one pass key), in place of the four flags above")
+
+
+QUICK = dict(distances="1024,3072", passages=1, far="4096:moby-dick", passkeys="4096:0.5")
 
 
 def suite_flags(args) -> dict:
-    """The parsed flags as suite_items' arguments."""
+    """The parsed flags as suite_items' arguments (`--quick`: QUICK's, about 2 minutes a row on
+    two CPU cores instead of 10)."""
+    if getattr(args, "quick", False):
+        args = argparse.Namespace(**QUICK)
     return dict(distances=[int(d) for d in args.distances.split(",") if d], passages=args.passages,
                 far=list(filter(None, args.far.split(","))), passkeys=list(filter(None, args.passkeys.split("/"))))
 

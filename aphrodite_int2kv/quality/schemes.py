@@ -21,7 +21,7 @@ class Scheme:
     name: str
     kind: str                    # fp | int2 | naive | kivi | fp8 | int4 | turboquant | int8_pth | fp8_pth | tiles
     group_size: int = 32
-    k_rotation: str = "hadamard"  # hadamard | none | a rotation file (int2 only)
+    k_rotation: str = "hadamard"  # hadamard | none | a rotation file (int2 and tiles)
     v_rotation: str = "hadamard"
     k_clip: float = 1.0
     v_clip: float = 1.0
@@ -153,6 +153,9 @@ class KVTransform:
 
     def __init__(self, scheme: Scheme, head_dim: int, num_kv_heads: int, layers: int):
         self.s, self.D, self.layers = scheme, head_dim, layers
+        if scheme.kind == "tiles":    # Hadamard, or rotation files (their K offsets unused: the zeros are per channel)
+            self.rot_k = self._rotations(scheme.k_rotation, num_kv_heads, layers)
+            self.rot_v = self._rotations(scheme.v_rotation, num_kv_heads, layers)
         if scheme.kind == "int2":
             self.layout = SlotLayout(head_dim, scheme.group_size)
             self.offsets = {}
@@ -183,13 +186,14 @@ class KVTransform:
                 return k, v
             return _turboquant(k, v, s, self.D)
         if s.kind == "tiles":
-            H = hadamard(self.D)
+            rk, rv = self.rot_k[layer], self.rot_v[layer]
             sinks = torch.arange(k.shape[0]) < s.sink
-            kq = tiles.channel_tiles(k @ H, s.tile, s.k_bits, s.norm_balance, exclude=sinks, meta_bits=s.meta_bits)
-            vq = (tiles.channel_tiles(v @ H, s.tile, s.v_bits, s.norm_balance, exclude=sinks, meta_bits=s.meta_bits)
-                  if s.v_tiles
-                  else tiles.token_groups(v @ H, s.group_size, s.v_bits))
-            return kq @ H.T, vq @ H.T
+            kq = tiles.channel_tiles(rotate(k, rk), s.tile, s.k_bits, s.norm_balance, exclude=sinks,
+                                     meta_bits=s.meta_bits)
+            vq = (tiles.channel_tiles(rotate(v, rv), s.tile, s.v_bits, s.norm_balance, exclude=sinks,
+                                      meta_bits=s.meta_bits) if s.v_tiles
+                  else tiles.token_groups(rotate(v, rv), s.group_size, s.v_bits))
+            return rotate(kq, rk.transpose(-1, -2)), rotate(vq, rv.transpose(-1, -2))
         if s.kind in ("int8_pth", "fp8_pth"):
             return _per_token_head(k, s.kind), _per_token_head(v, s.kind)
         if s.kind == "fp8":
@@ -348,8 +352,9 @@ def standard_schemes():
 
 def longctx_schemes(sweep: bool = False):
     """The rows of `aphrodite-int2kv longctx`: the references, today's int2 default, and the
-    token-tile formats (int2/tiles.py) the long-context measurements choose between; `sweep` adds
-    every variant of the design study (tile length, bits, norm balancing, sinks, V layout)."""
+    channel-tile format the long-context measurements chose (K3 / V2, tiles of 32 and 64, 8-bit
+    metadata; int2/tiles.py); `sweep` adds every variant of the design study (tile length, bits,
+    norm balancing, sinks, V layout, metadata), in the order they were added."""
     def tiles(k_bits, v_bits, tile=32, sink=4, **kw):
         extra = "".join(f" {k}={v}" for k, v in kw.items())
         return Scheme(f"tiles K{k_bits} V{v_bits} tile{tile}{extra} + sink{sink} + recent128", "tiles",
@@ -357,10 +362,11 @@ def longctx_schemes(sweep: bool = False):
 
     rows = [Scheme("fp", "fp"), Scheme("fp8 e4m3 per-head", "fp8"), engine_default_scheme(),
             Scheme("kivi 2-bit + recent 128", "kivi", recent=128),
-            tiles(2, 2), tiles(2, 2, norm_balance=False), tiles(3, 2), tiles(3, 3), tiles(4, 2),
-            tiles(3, 2, tile=64), tiles(2, 2, v_tiles=True)]
+            tiles(3, 2, v_tiles=True, meta_bits=8), tiles(3, 2, tile=64, v_tiles=True, meta_bits=8)]
     if sweep:
-        rows += [Scheme("int4 hadamard G32 + recent128", "int4", recent=128),
+        rows += [tiles(2, 2), tiles(2, 2, norm_balance=False), tiles(3, 2), tiles(3, 3), tiles(4, 2),
+                 tiles(3, 2, tile=64), tiles(2, 2, v_tiles=True),
+                 Scheme("int4 hadamard G32 + recent128", "int4", recent=128),
                  tiles(2, 2, sink=0), tiles(2, 2, sink=16), tiles(2, 2, tile=64), tiles(2, 2, tile=128),
                  tiles(2, 3), tiles(2, 4), tiles(3, 4), tiles(4, 4), tiles(4, 3),
                  tiles(3, 3, tile=64), tiles(3, 3, tile=128), tiles(3, 2, tile=128), tiles(4, 2, tile=128),
@@ -372,7 +378,6 @@ def longctx_schemes(sweep: bool = False):
                  tiles(3, 2, tile=256, v_tiles=True), tiles(3, 3, tile=128, v_tiles=True),
                  tiles(4, 2, tile=128, v_tiles=True), tiles(4, 2, tile=256, v_tiles=True),
                  tiles(3, 2, tile=128, group_size=64),
-                 tiles(3, 2, v_tiles=True, meta_bits=8), tiles(3, 2, tile=64, v_tiles=True, meta_bits=8),
                  tiles(3, 3, v_tiles=True, meta_bits=8), tiles(4, 2, tile=64, v_tiles=True, meta_bits=8),
                  tiles(3, 2, tile=16, v_tiles=True, meta_bits=8)]
     return rows
