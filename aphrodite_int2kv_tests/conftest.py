@@ -84,7 +84,7 @@ def run_python(code: str, env_extra: dict | None = None, timeout: int = 300, cpu
 # venv that has the same torch and Triton, so after the first venv passes .ci/run sets
 # INT2KV_ENGINE_FREE_PASSED to that venv's "torch X triton Y"; a later venv with the same pair
 # deselects them (and says so), one with another pair runs them again. Unset: everything runs.
-ENGINE_FREE_MODULES = ("test_kernels.py", "test_int2_format.py", "test_gpu_targets.py")
+ENGINE_FREE_MODULES = ("test_kernels.py", "test_int2_format.py", "test_gpu_targets.py", "test_tile_store.py")
 
 
 def _torch_triton() -> str:

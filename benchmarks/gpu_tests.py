@@ -25,7 +25,8 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 
-DEFAULT_TESTS = ["aphrodite_int2kv_tests/test_kernels.py", "aphrodite_int2kv_tests/test_engine_gpu.py"]
+DEFAULT_TESTS = ["aphrodite_int2kv_tests/test_kernels.py", "aphrodite_int2kv_tests/test_tile_store.py",
+                 "aphrodite_int2kv_tests/test_engine_gpu.py"]
 
 
 def collect(tests, k):
