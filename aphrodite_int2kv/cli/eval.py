@@ -35,6 +35,8 @@ def add_parser(sub):
                         "16 there): each window's offset is the mean of its first N keys as int2 reads them back, "
                         "those N stored uncentered; 0 = off")
     p.add_argument("--json", default=None, help="write the rows (a JSON list) here")
+    p.add_argument("--model", default=None,
+                   help="a Hugging Face causal LM directory to measure instead of SmolLM2-135M (harness only)")
     from aphrodite_int2kv.quality.engine_eval import add_arguments
     add_arguments(p)
     p.set_defaults(func=run)
@@ -47,13 +49,15 @@ def _progress(i, n, label, t0):
     sys.stderr.flush()
 
 
-def evaluate(schemes, text="moby-dick", tokens=1024, windows=4, start=78003, progress=True):
+def evaluate(schemes, text="moby-dick", tokens=1024, windows=4, start=78003, progress=True, model=None):
+    """`model`: a Hugging Face causal LM directory (None: SmolLM2-135M)."""
     import torch
 
     from aphrodite_int2kv.quality import assets, smollm
     from aphrodite_int2kv.quality.schemes import KVTransform, attention_fn
 
-    cfg, sd, tok = smollm.load(assets.model_path())
+    runner = smollm.harness_model(model)
+    cfg, tok = runner.cfg, runner.tok
     path = assets.text_path(text)
     ids = tok.encode(open(path, encoding="utf-8").read()).ids
     if start + windows * tokens > len(ids):
@@ -71,7 +75,7 @@ def evaluate(schemes, text="moby-dick", tokens=1024, windows=4, start=78003, pro
         for wi, w in enumerate(wins):
             if progress:
                 _progress(si * len(wins) + wi, n, scheme.name, t0)
-            logits = smollm.forward(cfg, sd, w, attn)
+            logits = runner.forward(w, attn)
             nll = torch.nn.functional.cross_entropy(logits[:-1], w[1:], reduction="none")
             nll_all.append(nll)
             nll_late.append(nll[late - 1:])    # predictions of positions late..tokens-1
@@ -85,7 +89,7 @@ def evaluate(schemes, text="moby-dick", tokens=1024, windows=4, start=78003, pro
         sys.stderr.write("\n")
     fp = next((r for r in rows if r["scheme"] == "fp"), None)
     if fp is None:  # the reference row is always computed
-        fp = evaluate([type(schemes[0])("fp", "fp")], text, tokens, windows, start, progress=False)[0]
+        fp = evaluate([type(schemes[0])("fp", "fp")], text, tokens, windows, start, progress=False, model=model)[0]
     for r in rows:
         r["fp_ppl"] = fp["ppl"]
         r["rel_increase"] = r["ppl"] / fp["ppl"] - 1
@@ -132,7 +136,7 @@ def run(args) -> int:
     else:
         print(f"--schemes must be 'standard', 'engine-dtypes' or 'custom', not {args.schemes!r}", file=sys.stderr)
         return 2
-    rows = evaluate(schemes, args.text, args.tokens, args.windows, args.start)
+    rows = evaluate(schemes, args.text, args.tokens, args.windows, args.start, model=args.model)
     print_table(rows)
     if args.json:
         with open(args.json, "w") as f:
@@ -151,6 +155,9 @@ def add_longctx_parser(sub):
                                               "always kept)")
     from aphrodite_int2kv.quality.longctx import add_suite_arguments
     add_suite_arguments(p)
+    p.add_argument("--model", default=None,
+                   help="a Hugging Face causal LM directory to measure instead of SmolLM2-135M (transformers runs "
+                        "it; every attention layer reads the scheme's K/V)")
     p.add_argument("--rotations", default=None,
                    help="a folder with k_rotation.pt / v_rotation.pt (aphrodite-int2kv calibrate): each tile row "
                         "selected is measured with them too")
@@ -168,13 +175,13 @@ def _longctx_items(tok, args):
 def run_longctx(args) -> int:
     import torch
 
-    from aphrodite_int2kv.quality import assets, longctx, smollm
+    from aphrodite_int2kv.quality import longctx, smollm
     from aphrodite_int2kv.quality.schemes import KVTransform, attention_fn, engine_dtype_schemes, longctx_schemes
 
-    cfg, sd, tok = smollm.load(assets.model_path())
     if args.device != "cpu":
         torch.set_default_device(args.device)
-        sd = {k: v.to(args.device) for k, v in sd.items()}
+    model = smollm.harness_model(args.model, args.device)
+    cfg, tok = model.cfg, model.tok
     schemes = longctx_schemes(args.schemes == "sweep") if args.schemes != "engine-dtypes" else engine_dtype_schemes()
     if args.only:
         keys = args.only.split(",")
@@ -192,7 +199,7 @@ def run_longctx(args) -> int:
     total = len(schemes) * len(items)
     for si, scheme in enumerate(schemes):
         attn = attention_fn(scheme, KVTransform(scheme, cfg.head_dim, cfg.n_kv_heads, cfg.n_layers), cfg.head_dim ** -0.5)
-        res = longctx.score_items(cfg, sd, items, attn, reference=fp,
+        res = longctx.score_items(model, items, attn, reference=fp,
                                   progress=lambda i, label: _progress(si * len(items) + i, total,
                                                                       f"{scheme.name[:30]} {label}", t0))
         if fp is None:

@@ -136,17 +136,15 @@ def far_windows(ids: list[int], name: str, tokens: int, count: int, start: int):
     return items
 
 
-def score_items(cfg, sd, items, attention, reference=None, progress=None):
+def score_items(model, items, attention, reference=None, progress=None):
     """-> one dict per item: top-1 hits, NLL sum, all-correct flag, and (given the full-precision
     log-probs of the same item in `reference`) the KL from full precision; also the log-probs, kept
-    for later rows to compare against."""
-    from aphrodite_int2kv.quality import smollm
-
+    for later rows to compare against. `model`: smollm.harness_model's."""
     out = []
     for i, (label, seq, rows, targets) in enumerate(items):
         if progress:
             progress(i, label)
-        logp = smollm.forward(cfg, sd, seq, attention, rows=rows).log_softmax(-1)
+        logp = model.forward(seq, attention, rows=rows).log_softmax(-1)
         r = dict(label=label, n=len(targets), top1=int((logp.argmax(-1) == targets).sum()),
                  nll=float(-logp.gather(1, targets[:, None]).sum()),
                  exact=bool((logp.argmax(-1) == targets).all()))

@@ -111,3 +111,26 @@ def forward(cfg: LlamaConfig, sd, ids: torch.Tensor, attention, rows: torch.Tens
     x = _rms(x if rows is None else x[rows], sd["output_norm.weight"], cfg.eps)
     head = sd.get("output.weight", sd["token_embd.weight"])
     return x @ head.T
+
+
+class Model:
+    """SmolLM2-135M (the built-in model) with the harness's forward(ids, attention, rows)."""
+
+    def __init__(self, path: str, device: str = "cpu"):
+        self.cfg, sd, self.tok = load(path)
+        self.sd = {k: v.to(device) for k, v in sd.items()}
+
+    def forward(self, ids: torch.Tensor, attention, rows: torch.Tensor | None = None) -> torch.Tensor:
+        return forward(self.cfg, self.sd, ids, attention, rows)
+
+
+def harness_model(path: str | None = None, device: str = "cpu"):
+    """The model the harness measures: a Hugging Face causal LM directory (`--model DIR`,
+    quality/hf_model.py), or SmolLM2-135M, fetched on first use."""
+    if path:
+        from aphrodite_int2kv.quality.hf_model import HFModel
+
+        return HFModel(path, device)
+    from aphrodite_int2kv.quality import assets
+
+    return Model(assets.model_path(), device)
