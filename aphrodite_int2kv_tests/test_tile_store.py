@@ -71,3 +71,45 @@ def test_e4m3_encoder_rounds_as_torch_does():
     want = x.to(torch.float8_e4m3fn)
     assert torch.equal(code.cpu().to(torch.uint8), want.view(torch.uint8))
     assert torch.equal(value.cpu(), want.float())
+
+
+@pytest.mark.parametrize("D,T", [(64, 32), (128, 64)])
+def test_tile_decode_is_attention_over_the_decoded_tiles(D, T):
+    """The tile decode kernel (kernels/tile_decode.py) against attention over what the records
+    decode to (int2/tile_format.py), per sequence and KV head: the output and the log-sum-exp that
+    a caller merges with the recent window's part. Sequences of several tiles, a last partial tile,
+    records in shuffled rows, and a sequence with no token in tiles."""
+    from aphrodite_int2kv.int2.tile_format import decode_tile
+    from aphrodite_int2kv.kernels.tile_decode import tile_decode
+
+    g = torch.Generator().manual_seed(D)
+    L = TileLayout(D, T)
+    H, R = 2, 16
+    tokens = torch.tensor([3 * T, T + 5, 0, T], dtype=torch.int32)
+    ntiles = [-(-int(n) // T) for n in tokens]
+    rows = torch.randperm(sum(ntiles), generator=g)
+    table = torch.zeros(len(tokens), max(ntiles), dtype=torch.int32)
+    records = torch.zeros(sum(ntiles), H, L.tile_bytes, dtype=torch.uint8)
+    kv = []
+    at = 0
+    for b, nt in enumerate(ntiles):
+        k = torch.randn(nt, H, T, D, generator=g) * 2 + torch.randn(1, H, 1, D, generator=g)
+        v = torch.randn(nt, H, T, D, generator=g)
+        for i in range(nt):
+            records[rows[at]] = encode_tile(k[i], v[i], L, exclude=torch.arange(T) < (4 if i == 0 else 0))
+            table[b, i] = rows[at]
+            at += 1
+        kv.append(nt)
+    q = torch.randn(len(tokens), H, R, D, generator=g)
+    out, lse = tile_decode(q.to(DEVICE), records.to(DEVICE), table.to(DEVICE), tokens.to(DEVICE), L, D ** -0.5)
+    out, lse = out.cpu(), lse.cpu()
+    for b, n in enumerate(tokens.tolist()):
+        if n == 0:
+            assert torch.isinf(lse[b]).all() and (lse[b] < 0).all() and (out[b] == 0).all()
+            continue
+        kd, vd = decode_tile(records[table[b, :ntiles[b]].long()], L)        # [nt, H, T, D]
+        kd = kd.transpose(0, 1).reshape(H, -1, D)[:, :n]
+        vd = vd.transpose(0, 1).reshape(H, -1, D)[:, :n]
+        s = q[b] @ kd.transpose(-1, -2) * D ** -0.5                           # [H, R, n]
+        assert torch.allclose(lse[b], s.logsumexp(-1), atol=1e-4, rtol=1e-5)
+        assert torch.allclose(out[b], s.softmax(-1) @ vd, atol=1e-4, rtol=1e-4)
