@@ -113,3 +113,48 @@ def test_tile_decode_is_attention_over_the_decoded_tiles(D, T):
         s = q[b] @ kd.transpose(-1, -2) * D ** -0.5                           # [H, R, n]
         assert torch.allclose(lse[b], s.logsumexp(-1), atol=1e-4, rtol=1e-5)
         assert torch.allclose(out[b], s.softmax(-1) @ vd, atol=1e-4, rtol=1e-4)
+
+
+def test_the_kernels_compute_what_the_harness_measured():
+    """One decode step of a sequence through the kernels (tile_store on the tiles that left the
+    window, tile_decode over them without the sinks, the sinks and the window in full precision,
+    merged by log-sum-exp) gives the harness's attention for the measured scheme (K3 / V2 channel
+    tiles of 32, 8-bit metadata, 4 sinks, recent 128) at that step, GQA 3 query heads per KV head."""
+    from aphrodite_int2kv.int2.rotation import hadamard
+    from aphrodite_int2kv.kernels.tile_decode import tile_decode
+    from aphrodite_int2kv.quality.schemes import KVTransform, Scheme, attention_fn
+
+    g = torch.Generator().manual_seed(7)
+    N, Hq, Hkv, D, T, W, S = 300, 6, 2, 64, 32, 128, 4
+    q = torch.randn(N, Hq, D, generator=g)
+    k = torch.randn(N, Hkv, D, generator=g) * 2 + torch.randn(1, Hkv, D, generator=g)
+    v = torch.randn(N, Hkv, D, generator=g)
+    scheme = Scheme("t", "tiles", k_bits=3, v_bits=2, tile=T, v_tiles=True, meta_bits=8, sink=S, recent=W)
+    want = attention_fn(scheme, KVTransform(scheme, D, Hkv, 1), D ** -0.5)(0, q, k, v)[N - 1]      # [Hq, D]
+
+    t = N - 1
+    n = (t - W + 1) // T * T                       # tokens in tiles that left the window whole
+    H = hadamard(D)
+    kr, vr = k @ H, v @ H
+    L = TileLayout(D, T)
+    tiles_k = kr[:n].reshape(n // T, T, Hkv, D).transpose(1, 2).contiguous()
+    tiles_v = vr[:n].reshape(n // T, T, Hkv, D).transpose(1, 2).contiguous()
+    records = torch.zeros(n // T, Hkv, L.tile_bytes, dtype=torch.uint8, device=DEVICE)
+    excl = torch.tensor([S] + [0] * (n // T - 1), dtype=torch.int32)
+    tile_store(tiles_k.to(DEVICE), tiles_v.to(DEVICE), excl.to(DEVICE),
+               torch.arange(n // T, device=DEVICE), records, L)
+    R = 16
+    qr = torch.zeros(1, Hkv, R, D)
+    qr[0, :, :Hq // Hkv] = (q[t] @ H).view(Hkv, Hq // Hkv, D)
+    out, lse = tile_decode(qr.to(DEVICE), records, torch.arange(n // T, dtype=torch.int32, device=DEVICE)[None],
+                           torch.tensor([n], dtype=torch.int32, device=DEVICE), L, D ** -0.5, sinks=S)
+    out, lse = out.cpu()[0, :, :Hq // Hkv].reshape(Hq, D), lse.cpu()[0, :, :Hq // Hkv].reshape(Hq)
+    full = torch.cat([torch.arange(S), torch.arange(n, t + 1)])                   # sinks + window, bf16 in the engine
+    kf, vf = (x[full].repeat_interleave(Hq // Hkv, 1).transpose(0, 1) for x in (kr, vr))
+    s = (q[t] @ H)[:, None, :] @ kf.transpose(1, 2) * D ** -0.5                  # [Hq, 1, F]
+    lse_f = s.logsumexp(-1)[:, 0]
+    out_f = (s.softmax(-1) @ vf)[:, 0]
+    m = torch.maximum(lse, lse_f)
+    wq, wf = torch.exp(lse - m), torch.exp(lse_f - m)
+    got = ((out * wq[:, None] + out_f * wf[:, None]) / (wq + wf)[:, None]) @ H.T
+    assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (got - want).abs().max()

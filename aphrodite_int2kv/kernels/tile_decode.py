@@ -61,7 +61,7 @@ def _tile_decode_kernel(
     R: tl.constexpr, T: tl.constexpr, D: tl.constexpr,
     OFF_KH: tl.constexpr, OFF_V: tl.constexpr, OFF_KN: tl.constexpr, OFF_VN: tl.constexpr,
     OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-    OFF_PEAKS: tl.constexpr,
+    OFF_PEAKS: tl.constexpr, SINKS: tl.constexpr = 0,
 ):
     seq = tl.program_id(0)
     head = tl.program_id(1)
@@ -81,7 +81,8 @@ def _tile_decode_kernel(
         k_zero = _meta(rec_u8, rec_f16, rec, OFF_KZ, 1, OFF_PEAKS, D)
         dots = tl.dot(q * k_scale, tl.trans(k_codes.to(tl.float32)), input_precision="ieee")     # [R, T]
         s = (dots + tl.sum(q * k_zero, axis=1)[:, None]) * k_norm[None, :] * sm_scale
-        s = tl.where((i * T + toks < n)[None, :], s, float("-inf"))
+        pos = i * T + toks
+        s = tl.where(((pos < n) & (pos >= SINKS))[None, :], s, float("-inf"))   # sinks: read in full precision
         m_new = tl.maximum(m, tl.max(s, axis=1))
         alpha = tl.exp(m - m_new)
         p = tl.exp(s - m_new[:, None])
@@ -100,11 +101,12 @@ def _tile_decode_kernel(
 
 
 def tile_decode(q_rot: torch.Tensor, records: torch.Tensor, tile_table: torch.Tensor, tokens: torch.Tensor,
-                layout: TileLayout, sm_scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+                layout: TileLayout, sm_scale: float, sinks: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """q_rot [B, Hkv, R, D] (rotated queries, R rows per KV head, a power of 2 >= 16); records
     [NR, Hkv, tile_bytes] uint8; tile_table [B, max_tiles] int32 (each sequence's record rows in
-    order); tokens [B] int32 (each sequence's tokens held in tiles) -> (out [B, Hkv, R, D] fp32,
-    lse [B, Hkv, R] fp32; -inf where a sequence holds no token)."""
+    order); tokens [B] int32 (each sequence's tokens held in tiles); the first `sinks` positions
+    are left to the caller, who reads them in full precision -> (out [B, Hkv, R, D] fp32, lse
+    [B, Hkv, R] fp32; -inf where a sequence has no token here)."""
     B, H, R, D = q_rot.shape
     if D != layout.head_dim or R < 16 or R & (R - 1):
         raise ValueError(f"tile_decode: queries {tuple(q_rot.shape)}: head_dim {layout.head_dim} and a power-of-2 "
@@ -120,5 +122,5 @@ def tile_decode(q_rot: torch.Tensor, records: torch.Tensor, tile_table: torch.Te
         q.stride(0), q.stride(1), records.stride(0), records.stride(1), tile_table.stride(0),
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), sm_scale,
         R=R, T=L.tile, D=D, OFF_KH=L.k_high, OFF_V=L.v_codes, OFF_KN=L.k_norm, OFF_VN=L.v_norm, OFF_KS=L.k_scale,
-        OFF_KZ=L.k_zero, OFF_VS=L.v_scale, OFF_VZ=L.v_zero, OFF_PEAKS=L.peaks, num_warps=4)
+        OFF_KZ=L.k_zero, OFF_VS=L.v_scale, OFF_VZ=L.v_zero, OFF_PEAKS=L.peaks, SINKS=sinks, num_warps=4)
     return out, lse
