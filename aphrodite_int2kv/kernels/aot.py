@@ -211,17 +211,41 @@ def engine_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list[Laun
     return found
 
 
-def check(targets=TARGETS, head_dims=(64, 128, 256), progress=True, only: str = "") -> tuple[list[Usage], list[str]]:
-    """Compile the engine's launches for each target. Returns (usages, problems): a problem is a
-    launch that fails to compile, does not fit the target's shared memory, or spills where the
-    H200's plan of the same launch does not."""
+def tile_format_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list[Launch]:
+    """The channel-tile format's kernels (not yet planned by the engine): the store and the first
+    decode, at tiles of 32 and 64 tokens (`--tile-format`)."""
+    from aphrodite_int2kv.int2.tile_format import TILES, TileLayout
+    from aphrodite_int2kv.kernels.tile_decode import tile_decode
+    from aphrodite_int2kv.kernels.tile_store import tile_store
+
+    found: list[Launch] = []
+    for D in head_dims:
+        for T in TILES:
+            layout = TileLayout(D, T)
+            kv = torch.zeros(4, 2, T, D)
+            records = torch.zeros(4, 2, layout.tile_bytes, dtype=torch.uint8)
+            with recorded_launches() as caught:
+                tile_store(kv, kv, torch.zeros(4, dtype=torch.int32), torch.zeros(4, dtype=torch.int64), records, layout)
+                tile_decode(torch.zeros(2, 2, 16, D), records, torch.zeros(2, 4, dtype=torch.int32),
+                            torch.zeros(2, dtype=torch.int32), layout, 0.1, sinks=4)
+            for launch in caught:
+                launch.label = f"D{D} tile {T}"
+            found.extend(caught)
+    return found
+
+
+def check(targets=TARGETS, head_dims=(64, 128, 256), progress=True, only: str = "",
+          tile_format: bool = False) -> tuple[list[Usage], list[str]]:
+    """Compile the engine's launches (or, with `tile_format`, the channel-tile format's) for each
+    target. Returns (usages, problems): a problem is a launch that fails to compile, does not fit
+    the target's shared memory, or spills where the H200's plan of the same launch does not."""
     h200 = {}
-    for u in _usages(PRESETS["h200"], head_dims, progress, only):
+    for u in _usages(PRESETS["h200"], head_dims, progress, only, tile_format):
         h200[(u.kernel, u.label)] = u
     results, problems = list(h200.values()), []
     for name in targets:
         limits = PRESETS[name]
-        rows = list(h200.values()) if name == "h200" else _usages(limits, head_dims, progress, only)
+        rows = list(h200.values()) if name == "h200" else _usages(limits, head_dims, progress, only, tile_format)
         if name != "h200":
             results.extend(rows)
         for u in rows:
@@ -241,8 +265,9 @@ def check(targets=TARGETS, head_dims=(64, 128, 256), progress=True, only: str = 
     return results, problems
 
 
-def _usages(limits, head_dims, progress, only=""):
-    launches = [la for la in engine_launches(limits, head_dims) if only in la.label]
+def _usages(limits, head_dims, progress, only="", tile_format=False):
+    plan = tile_format_launches if tile_format else engine_launches
+    launches = [la for la in plan(limits, head_dims) if only in la.label]
     out = []
     for i, launch in enumerate(launches):
         if progress:
@@ -275,6 +300,8 @@ def main(argv=None) -> int:
     ap.add_argument("--targets", default=",".join(TARGETS), help=f"presets to compile for (of {', '.join(PRESETS)})")
     ap.add_argument("--head-dims", default="64,128,256")
     ap.add_argument("--only", default="", help="launches whose label holds this (e.g. 'prefill', 'decode b8')")
+    ap.add_argument("--tile-format", action="store_true",
+                    help="the channel-tile format's kernels (store, first decode) instead of the engine's launches")
     ap.add_argument("--json", help="write every launch's registers / stack / shared memory here")
     ap.add_argument("--markdown", help="write the table (docs/gpus.md's) here")
     args = ap.parse_args(argv)
@@ -284,7 +311,8 @@ def main(argv=None) -> int:
     for t in targets:
         if t not in PRESETS:
             ap.error(f"--targets: {t!r} is not a preset ({', '.join(PRESETS)})")
-    results, problems = check(targets, tuple(int(d) for d in args.head_dims.split(",")), only=args.only)
+    results, problems = check(targets, tuple(int(d) for d in args.head_dims.split(",")), only=args.only,
+                              tile_format=args.tile_format)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"triton": triton.__version__, "usages": [dataclasses.asdict(u) for u in results],
