@@ -9,7 +9,9 @@ one q . zero per row is added, and each column is multiplied by its token's norm
 each token's norm meets the codes in one dot, and V's scale and zero apply once per channel.
 
 A first, untuned form (fp32 dots, no split over the sequence): the correctness reference for the
-engine's kernel to come. Not yet called by the engine.
+engine's kernel to come. Not yet called by the engine. It compiles for every target, but at
+head_dim 256 with tiles of 64 it needs 128 KB of shared memory, more than RTX parts allow
+(`python -m aphrodite_int2kv.kernels.aot --tile-format`).
 """
 
 from __future__ import annotations
