@@ -166,12 +166,6 @@ def add_longctx_parser(sub):
     p.set_defaults(func=run_longctx)
 
 
-def _longctx_items(tok, args):
-    from aphrodite_int2kv.quality import longctx
-
-    return longctx.suite_items(tok, **longctx.suite_flags(args))
-
-
 def run_longctx(args) -> int:
     import torch
 
@@ -193,7 +187,7 @@ def run_longctx(args) -> int:
         k_rot, v_rot = (os.path.join(args.rotations, f) for f in ("k_rotation.pt", "v_rotation.pt"))
         schemes += [dataclasses.replace(s, name=s.name + " + calibrated rotations", k_rotation=k_rot, v_rotation=v_rot)
                     for s in schemes if s.kind == "tiles"]
-    items = _longctx_items(tok, args)
+    items = longctx.suite_items(tok, **longctx.suite_flags(args))
     longest = max(len(seq) for _, seq, _, _ in items)
     t0, rows, fp = time.time(), [], None
     total = len(schemes) * len(items)
