@@ -3,7 +3,10 @@ dense and a tiny hybrid (Gated DeltaNet + attention) model with dummy weights, e
 graphs, prefix caching on and off. Each engine runs in a fresh interpreter with its engine core in
 that process, where spies count the glue every int2 request goes through (never replacing it):
 the metadata builder, its CUDA-graph capture path, the recent window found through the forward
-context, and the backend routing that sends the layers to our backend.
+context, and the backend routing that sends the layers to our backend. Then the real SmolLM2-135M
+(peaked logits) for outputs: alone = in a batch that is preempted = after a prefix-cache hit.
+Each engine is given its KV memory (kv_cache_memory_bytes), so it does not profile the GPU's free
+memory and engines may run side by side.
 
 Run on the GPU machine by benchmarks/gpu_tests.py; skipped (and declared GPU-only) elsewhere."""
 
@@ -49,7 +52,7 @@ from aphrodite.inputs import TokensPrompt
 spec = json.loads(sys.argv[1])
 kw = dict(model=spec["model"], load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16", seed=0,
           kv_cache_dtype="int2", enforce_eager=spec["eager"], enable_prefix_caching=spec["prefix"],
-          gpu_memory_utilization=0.2, max_model_len=2048, max_num_seqs=16)
+          gpu_memory_utilization=0.2, kv_cache_memory_bytes=2 << 30, max_model_len=2048, max_num_seqs=16)
 if spec["hybrid"]:
     kw.update(gdn_prefill_backend="triton")
 llm = LLM(**kw)
@@ -104,3 +107,90 @@ def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eage
     # the same prompt again (alone, and a prefix-cache hit where caching is on) decodes the same
     # tokens for the first steps; dummy weights give near-flat logits, so only a prefix is compared
     assert got["again"][:4] == got["first"][:4], got
+
+
+SMOLLM2_CHILD = r'''
+import collections, json, os, sys
+os.environ["APHRODITE_ENABLE_V1_MULTIPROCESSING"] = "0"
+import aphrodite_int2kv
+aphrodite_int2kv.register()
+from aphrodite.v1.core.sched.scheduler import Scheduler
+
+preempted = []
+real_preempt = Scheduler._preempt_request
+def spy_preempt(self, request, *a, **k):
+    preempted.append(tuple(request.prompt_token_ids[:16]))
+    return real_preempt(self, request, *a, **k)
+Scheduler._preempt_request = spy_preempt
+
+from aphrodite import LLM, SamplingParams
+from aphrodite.inputs import TokensPrompt
+spec = json.loads(sys.argv[1])
+llm = LLM(model=spec["model"], skip_tokenizer_init=True, dtype="bfloat16", seed=0, kv_cache_dtype="int2",
+          enforce_eager=False, enable_prefix_caching=True, gpu_memory_utilization=0.2, kv_cache_memory_bytes=1 << 30,
+          max_model_len=2048,
+          max_num_seqs=16, num_gpu_blocks_override=spec["blocks"])
+params = SamplingParams(max_tokens=spec["max_tokens"], temperature=0.0, ignore_eos=True, logprobs=2, detokenize=False)
+
+def run(prompts):
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+    rows = []
+    for o in outs:
+        c = o.outputs[0]
+        margins = []
+        for tok, lps in zip(c.token_ids, c.logprobs):
+            others = [v.logprob for t, v in lps.items() if t != tok]
+            margins.append(lps[tok].logprob - max(others) if others else 99.0)
+        rows.append(dict(ids=list(c.token_ids), margins=margins, cached=o.num_cached_tokens or 0))
+    return rows
+
+prompts = spec["prompts"]
+alone = [run([p])[0] for p in prompts]           # each alone: prefix-cache misses
+hit = run([prompts[0]])[0]                        # the first prompt again: a prefix-cache hit
+n_alone = len(preempted)
+batch = run(prompts)                              # all at once: more than the pool holds
+print("RESULT " + json.dumps(dict(alone=alone, hit=hit, batch=batch, preempted_alone=n_alone,
+                                  preempted=[list(p) for p in preempted[n_alone:]])))
+'''
+
+
+def _agree_where_decided(ref: dict, other: dict, margin: float = 0.25) -> int:
+    """Greedy tokens of `other` equal `ref`'s up to ref's first close call (top-1 minus top-2
+    log-prob below `margin`, where bf16 batching noise may flip the choice); returns how many
+    tokens were compared."""
+    n = next((i for i, m in enumerate(ref["margins"]) if m < margin), len(ref["ids"]))
+    assert other["ids"][:n] == ref["ids"][:n], (n, ref["ids"], other["ids"])
+    return n
+
+
+def test_smollm2_int2_output_alone_equals_batch_preemption_and_prefix_hit(tmp_path):
+    """The real SmolLM2-135M (peaked logits, unlike the dummy models above), int2 with CUDA graphs and
+    prefix caching: each request's greedy output alone equals its output in a batch that outgrows a
+    small pool (the scheduler preempts and recomputes) and, for a prompt seen before, the output of
+    the prefix-cache hit equals that of the miss."""
+    from aphrodite_int2kv.quality import assets, engine_eval
+
+    tok = engine_eval.hf_checkpoint(assets.model_path(), str(tmp_path / "smollm2"), max_len=2048)
+    ids = tok.encode(open(assets.text_path("moby-dick"), encoding="utf-8").read()[200_000:260_000]).ids
+    # short prompts, long outputs: the running requests outgrow the pool while they decode; the
+    # first prompt spans whole pages of 128 tokens, so that running it again hits the prefix cache
+    prompts = [ids[:520]] + [ids[i * 700: i * 700 + 120 + 24 * (i % 4)] for i in range(1, 12)]
+    spec = dict(model=str(tmp_path / "smollm2"), prompts=prompts, max_tokens=320, blocks=64)
+    res = run_python(SMOLLM2_CHILD.replace("sys.argv[1]", repr(json.dumps(spec))), timeout=420)
+    line = next((l for l in res.stdout.splitlines() if l.startswith("RESULT ")), None)
+    assert line, res.stdout[-3000:] + res.stderr[-6000:]
+    got = json.loads(line[len("RESULT "):])
+    assert "int2 KV cache active" in res.stdout + res.stderr
+    assert got["preempted_alone"] == 0, "a request alone must fit the pool"
+    assert got["preempted"], "the batch was meant to outgrow the pool and be preempted"
+    assert got["alone"][0]["cached"] == 0 and got["hit"]["cached"] > 0, (got["alone"][0]["cached"], got["hit"]["cached"])
+    compared = _agree_where_decided(got["alone"][0], got["hit"])
+    assert compared >= 8, "too few decided tokens to compare the prefix-cache hit"
+    preempted = {tuple(p) for p in got["preempted"]}
+    checked_preempted = 0
+    for p, a, b in zip(spec["prompts"], got["alone"], got["batch"]):
+        n = _agree_where_decided(a, b)
+        compared += n
+        checked_preempted += (tuple(p[:16]) in preempted) and n >= 8
+    assert checked_preempted >= 1, "no preempted request had enough decided tokens to compare"
+    assert compared >= 64, compared

@@ -59,3 +59,14 @@ def test_collecting_nothing_fails(tmp_path):
     res = subprocess.run([sys.executable, str(RUNNER), "--out", str(tmp_path / "out"), "-k", "no_such_test",
                           "test_suite.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert res.returncode == 1 and "0 tests collected" in res.stdout
+
+
+def test_each_own_shard_text_gets_a_shard_of_its_own(tmp_path):
+    (tmp_path / "test_suite.py").write_text(SUITE)
+    res = subprocess.run([sys.executable, str(RUNNER), "--out", str(tmp_path / "out"), "--shards", "2",
+                          "--allow-skip", "CUDA GPU", "--own-shard", "test_b", "--own-shard", "test_slow",
+                          "test_suite.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    record = json.loads((tmp_path / "out" / "gpu_tests_record.json").read_text())
+    assert res.returncode == 0 and record["passed"] == 7, res.stdout + res.stderr[-2000:]
+    # 5 other tests over 2 shards, then [test_b[1], test_b[2]] and [test_slow]
+    assert [s["tests"] for s in record["shards"]] == [3, 2, 2, 1]

@@ -1,21 +1,26 @@
-#!/usr/bin/env python3
-"""The user's scenario of PRs #1711/#1712 on the real engine (H200, aphrodite 0.21.0):
-a tiny Qwen3.5 hybrid whose Gated DeltaNet `in_proj_qkv` projections are EXL3-quantized, a small
-random PEFT LoRA adapter, `LLM(..., enable_lora=True)` and a generation with that LoRA request.
+"""The user's scenario of PRs #1711/#1712 on the real engine (GPU, aphrodite 0.21.0): a tiny
+Qwen3.5 hybrid whose Gated DeltaNet `in_proj_qkv` projections are EXL3-quantized, a small random
+PEFT LoRA adapter, `LLM(..., enable_lora=True)` and a generation with that LoRA request -- and the
+same with `--kv-cache-dtype int2` and CUDA graphs, the configuration this plugin exists for.
 
-  python3 benchmarks/exl3_lora_scenario.py BASE_MODEL_DIR WORKDIR
+  python3 benchmarks/exl3_lora_scenario.py WORKDIR [--modes no-plugin,only-1711,plugin,bf16-graphs,int2-graphs]
 
-BASE_MODEL_DIR: a tiny random-weight Qwen3.5 hybrid checkpoint (Qwen3_5ForConditionalGeneration). The script writes an EXL3
-variant (random trellis bits are a valid EXL3 encoding of *some* weights; suh/svh are sign
-vectors as exllamav3 stores them; quantization_config with tensor_storage as the engine's EXL3
-loader reads it) and an adapter, then runs three child processes:
+The script writes a tiny random-weight Qwen3.5 hybrid (Qwen3_5ForConditionalGeneration, text only
+is used; its lm_head scaled so that greedy choices are decided by clear margins), an EXL3 variant
+(random trellis bits are a valid EXL3 encoding of *some* weights; suh/svh are sign vectors as
+exllamav3 stores them; quantization_config with tensor_storage as the engine's EXL3 loader reads
+it) and an adapter, then runs one child process per mode (prompts are token ids, no tokenizer):
 
-  no-plugin   APHRODITE_PLUGINS=none            -> expect "Missing EXL3 tensors ... in_proj_qkv"
-  only-1711   plugin off, #1711 patch applied by hand (engine in-process)
-                                                -> expect "Unsupported base layer: MergedColumnParallelLinear"
-  plugin      the installed plugin (entry point, every process)
-                                                -> expect generated text with the LoRA request
-Prints one SCENARIO_RESULT line per child and exits non-zero unless all three behave as expected.
+  no-plugin    APHRODITE_PLUGINS=none            -> expect "Missing EXL3 tensors ... in_proj_qkv"
+  only-1711    plugin off, #1711 patch applied by hand (engine in-process)
+                                                 -> expect "Unsupported base layer: MergedColumnParallelLinear"
+  plugin       the installed plugin, eager, bf16 KV   -> expect a generation with the LoRA request
+  bf16-graphs  the plugin, CUDA graphs, bf16 KV       -> a generation (the reference of int2-graphs)
+  int2-graphs  the plugin, CUDA graphs, int2 KV       -> a generation, "int2 KV cache active", and
+               the first greedy tokens equal bf16-graphs' up to bf16's first close call (top-1
+               minus top-2 log-prob < 0.5)
+Prints one SCENARIO_RESULT line per mode (and the comparison) and exits non-zero unless every mode
+behaves as expected. Logs go to $OUT (or WORKDIR).
 """
 
 from __future__ import annotations
@@ -30,7 +35,41 @@ EXPECT = {
     "no-plugin": "Missing EXL3 tensors for",
     "only-1711": "Unsupported base layer: MergedColumnParallelLinear",
     "plugin": "GENERATED",
+    "bf16-graphs": "GENERATED",
+    "int2-graphs": "int2 KV cache active",
 }
+MODES = list(EXPECT)
+PROMPTS = [[17, 230, 45, 901, 12, 77, 310, 5] * 8, [400, 3, 99, 123, 640, 18, 250] * 20]
+CLOSE_CALL = 0.5
+
+
+def make_base(out: str) -> None:
+    """A tiny random-weight Qwen3.5 hybrid: 8 layers, 3 Gated DeltaNet : 1 full attention, head_dim 256."""
+    import torch
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    torch.manual_seed(0)
+    text = dict(vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=8,
+                num_attention_heads=4, num_key_value_heads=2, head_dim=256, linear_conv_kernel_dim=4,
+                linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=2,
+                linear_num_value_heads=4, layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 2,
+                rms_norm_eps=1e-6, max_position_embeddings=8192, tie_word_embeddings=False,
+                eos_token_id=1, pad_token_id=1, bos_token_id=None,
+                rope_parameters={"rope_type": "default", "rope_theta": 1e7, "partial_rotary_factor": 0.25,
+                                 "mrope_section": [11, 11, 10], "mrope_interleaved": True})
+    cfg = Qwen3_5Config(text_config=text, tie_word_embeddings=False, image_token_id=1000, video_token_id=1001,
+                        vision_start_token_id=1002, vision_end_token_id=1003,
+                        vision_config=dict(depth=1, hidden_size=64, intermediate_size=128, num_heads=2,
+                                           out_hidden_size=256, patch_size=16, spatial_merge_size=2,
+                                           temporal_patch_size=2, num_position_embeddings=2304, in_channels=3))
+    model = Qwen3_5ForConditionalGeneration(cfg).to(torch.bfloat16)
+    for name, p in model.named_parameters():
+        if name.endswith("A_log"):
+            p.data.uniform_(0.0, 1.0)          # a stable Gated DeltaNet recurrence
+        elif name.endswith("dt_bias"):
+            p.data.fill_(0.5)
+    model.lm_head.weight.data.mul_(30.0)       # peaked logits: greedy choices with clear margins
+    model.save_pretrained(out, safe_serialization=True)
 
 
 def make_exl3_model(base: str, out: str) -> list[str]:
@@ -87,51 +126,88 @@ def child(mode: str, model: str, adapter: str) -> None:
 
         print("manual patch:", exl3_shard_ids.apply(), flush=True)
     from aphrodite import LLM, SamplingParams
+    from aphrodite.inputs import TokensPrompt
     from aphrodite.lora.request import LoRARequest
 
-    llm = LLM(model=model, tokenizer=model, dtype="bfloat16", max_model_len=512, gpu_memory_utilization=0.3,
-              enforce_eager=True, seed=0, attention_config={"backend": "TRITON_ATTN"},
-              gdn_prefill_backend="triton", language_model_only=True,
-              enable_lora=True, max_lora_rank=8, max_loras=1)
-    outs = llm.generate(["The Zen of Python says", "Errors should never pass"],
-                        SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True),
+    graphs = mode.endswith("-graphs")
+    kw = dict(attention_config={"backend": "TRITON_ATTN"})
+    if mode == "int2-graphs":
+        kw = dict(kv_cache_dtype="int2")
+    llm = LLM(model=model, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=512,
+              gpu_memory_utilization=0.3, enforce_eager=not graphs, seed=0, gdn_prefill_backend="triton",
+              language_model_only=True, enable_lora=True, max_lora_rank=8, max_loras=1, **kw)
+    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in PROMPTS],
+                        SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, logprobs=2, detokenize=False),
                         lora_request=LoRARequest("tiny", 1, adapter), use_tqdm=False)
+    rows = []
     for o in outs:
-        print("GENERATED", repr(o.prompt), "->", len(o.outputs[0].token_ids), "tokens", repr(o.outputs[0].text[:50]),
-              flush=True)
+        c = o.outputs[0]
+        margins = [lps[t].logprob - max([v.logprob for u, v in lps.items() if u != t] or [99.0])
+                   for t, lps in zip(c.token_ids, c.logprobs)]
+        rows.append(dict(ids=list(c.token_ids), margins=[round(m, 3) for m in margins]))
+        print("GENERATED", len(c.token_ids), "tokens", list(c.token_ids), flush=True)
+    print("TOKENS " + json.dumps(rows), flush=True)
+
+
+def compare(ref: list[dict], other: list[dict]) -> dict:
+    """Tokens compared (before each prompt's first close call in `ref`) and whether they agree."""
+    compared, equal = 0, True
+    for r, o in zip(ref, other):
+        n = next((i for i, m in enumerate(r["margins"]) if m < CLOSE_CALL), len(r["ids"]))
+        compared += n
+        equal &= o["ids"][:n] == r["ids"][:n]
+    return dict(compared=compared, equal=equal)
 
 
 def main():
-    if len(sys.argv) < 3 or sys.argv[1] in ("-h", "--help"):
-        print(__doc__)
-        sys.exit(0 if len(sys.argv) > 1 and sys.argv[1] in ("-h", "--help") else 2)
-    if sys.argv[1] == "--child":
+    import argparse
+
+    if len(sys.argv) > 1 and sys.argv[1] == "--child":
         child(*sys.argv[2:5])
         return
-    base, work = sys.argv[1], sys.argv[2]
-    model, adapter = os.path.join(work, "qwen35-exl3"), os.path.join(work, "lora")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("workdir")
+    ap.add_argument("--modes", default=",".join(MODES), help="comma-separated, of " + ", ".join(MODES))
+    args = ap.parse_args()
+    modes = args.modes.split(",")
+    if unknown := [m for m in modes if m not in EXPECT]:
+        raise SystemExit(f"--modes: unknown {unknown}; use some of {', '.join(MODES)}")
+    if "int2-graphs" in modes and "bf16-graphs" not in modes:
+        raise SystemExit("--modes: int2-graphs is compared with bf16-graphs: run both")
+    base, model, adapter = (os.path.join(args.workdir, d) for d in ("qwen35", "qwen35-exl3", "lora"))
+    make_base(base)
     prefixes = make_exl3_model(base, model)
     make_adapter(model, adapter)
     print(f"EXL3 layers: {prefixes}", flush=True)
-    ok = True
-    for mode in ("no-plugin", "only-1711", "plugin"):
+    ok, tokens = True, {}
+    for mode in modes:
         env = dict(os.environ)
-        if mode != "plugin":
+        if mode in ("no-plugin", "only-1711"):
             env["APHRODITE_PLUGINS"] = "none"            # aphrodite loads no general plugin
         if mode == "only-1711":
             env["APHRODITE_ENABLE_V1_MULTIPROCESSING"] = "0"   # engine core + worker in this process
         res = subprocess.run([sys.executable, __file__, "--child", mode, model, adapter], env=env,
-                             capture_output=True, text=True, timeout=400)
+                             capture_output=True, text=True, timeout=500)
         text = res.stdout + res.stderr
-        hit = EXPECT[mode] in text
-        ok &= hit and (res.returncode == 0) == (mode == "plugin")
-        lines = [l for l in text.splitlines() if any(k in l for k in ("Error", "GENERATED", "aphrodite-int2kv", "manual patch"))]
+        hit = EXPECT[mode] in text and (mode in ("no-plugin", "only-1711") or "GENERATED" in text)
+        ok &= hit and (res.returncode == 0) == (mode not in ("no-plugin", "only-1711"))
+        found = [line for line in text.splitlines() if line.startswith("TOKENS ")]
+        if found:
+            tokens[mode] = json.loads(found[-1][len("TOKENS "):])
+        lines = [line for line in text.splitlines() if any(k in line for k in (
+            "Error", "GENERATED", "aphrodite-int2kv", "manual patch", "int2 KV cache active", "CUDA graph"))]
         print(f"----- {mode}: exit {res.returncode}, expected marker {'found' if hit else 'MISSING'}")
         print("\n".join(lines[-12:]))
         print("SCENARIO_RESULT " + json.dumps({"mode": mode, "exit": res.returncode, "expected": EXPECT[mode],
                                                "found": hit}), flush=True)
-        with open(os.path.join(os.environ.get("OUT", work), f"exl3_lora_{mode}.log"), "w") as f:
+        with open(os.path.join(os.environ.get("OUT", args.workdir), f"exl3_lora_{mode}.log"), "w") as f:
             f.write(text)
+    if "int2-graphs" in modes:
+        cmp = compare(tokens.get("bf16-graphs", []), tokens.get("int2-graphs", []))
+        ok &= bool(tokens.get("bf16-graphs")) and bool(tokens.get("int2-graphs")) and cmp["equal"] and cmp["compared"] > 0
+        print("SCENARIO_RESULT " + json.dumps({"compare": "int2-graphs vs bf16-graphs", **cmp,
+                                               "close_call": CLOSE_CALL, "tokens": tokens}), flush=True)
+    print("SCENARIO:", "OK" if ok else "FAILED")
     sys.exit(0 if ok else 1)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GPU test entry point whose exit status means what it says: every collected test passed.
 
-  python3 benchmarks/gpu_tests.py --out DIR [--shards 4] [--timeout 400] [-k EXPR] [--own-shard TEXT]
+  python3 benchmarks/gpu_tests.py --out DIR [--shards 4] [--timeout 400] [-k EXPR] [--own-shard TEXT ...]
                                   [--allow-skip TEXT ...] [TESTS ...]
 
 Collects TESTS (default: the kernel tests and the real-engine GPU tests), runs them in parallel
@@ -68,9 +68,11 @@ def run(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     ids = collect(args.tests, args.k)
     print(f"{len(ids)} tests collected", flush=True)
-    alone = [t for t in ids if args.own_shard and args.own_shard in t]     # e.g. engines: one at a time
-    rest = [t for t in ids if t not in alone]
-    shards = [rest[i::args.shards] for i in range(args.shards) if rest[i::args.shards]] + ([alone] if alone else [])
+    # e.g. engines: one at a time within a shard of their own, one such shard per --own-shard text
+    own = [[t for t in ids if text in t and not any(o in t for o in args.own_shard[:j])]
+           for j, text in enumerate(args.own_shard)]
+    rest = [t for t in ids if not any(t in group for group in own)]
+    shards = [rest[i::args.shards] for i in range(args.shards) if rest[i::args.shards]] + [g for g in own if g]
     procs = []
     t0 = time.time()
     for i, shard in enumerate(shards):
@@ -153,8 +155,9 @@ def main(argv=None) -> int:
     ap.add_argument("--shards", type=int, default=4)
     ap.add_argument("--timeout", type=int, default=400, help="seconds per shard")
     ap.add_argument("-k", default="", help="pytest -k: a subset")
-    ap.add_argument("--own-shard", default="", help="tests whose id contains this run one after another in a shard of "
-                                                   "their own (engines that each size the GPU's free memory)")
+    ap.add_argument("--own-shard", action="append", default=[],
+                    help="tests whose id contains this text run one after another in a shard of their own (engines "
+                         "that each size the GPU's free memory); repeatable, one shard per text")
     ap.add_argument("--allow-skip", action="append", default=[],
                     help="a text in the reason of skips that are GPU-irrelevant (repeatable); other skips fail the run")
     return run(ap.parse_args(argv))
