@@ -134,7 +134,8 @@ def child(mode: str, model: str, adapter: str) -> None:
     if mode == "int2-graphs":
         kw = dict(kv_cache_dtype="int2")
     llm = LLM(model=model, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=512,
-              gpu_memory_utilization=0.3, enforce_eager=not graphs, seed=0, gdn_prefill_backend="triton",
+              gpu_memory_utilization=0.3, kv_cache_memory_bytes=2 << 30, enforce_eager=not graphs, seed=0,
+              gdn_prefill_backend="triton",
               language_model_only=True, enable_lora=True, max_lora_rank=8, max_loras=1, **kw)
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in PROMPTS],
                         SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, logprobs=2, detokenize=False),
