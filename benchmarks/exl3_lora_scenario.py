@@ -18,7 +18,7 @@ it) and an adapter, then runs one child process per mode (prompts are token ids,
   bf16-graphs  the plugin, CUDA graphs, bf16 KV       -> a generation (the reference of int2-graphs)
   int2-graphs  the plugin, CUDA graphs, int2 KV       -> a generation, "int2 KV cache active", and
                the first greedy tokens equal bf16-graphs' up to bf16's first close call (top-1
-               minus top-2 log-prob < 0.5)
+               minus top-2 log-prob < 1 nat; random weights give few wide margins)
 Prints one SCENARIO_RESULT line per mode (and the comparison) and exits non-zero unless every mode
 behaves as expected. Logs go to $OUT (or WORKDIR).
 """
@@ -40,7 +40,7 @@ EXPECT = {
 }
 MODES = list(EXPECT)
 PROMPTS = [[17, 230, 45, 901, 12, 77, 310, 5] * 8, [400, 3, 99, 123, 640, 18, 250] * 20]
-CLOSE_CALL = 0.5
+CLOSE_CALL = 1.0
 
 
 def make_base(out: str) -> None:
