@@ -13,6 +13,7 @@ Run on the GPU machine by benchmarks/gpu_tests.py; skipped (and declared GPU-onl
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 import torch
@@ -184,6 +185,9 @@ def test_smollm2_int2_output_alone_equals_batch_preemption_and_prefix_hit(tmp_pa
     line = next((l for l in res.stdout.splitlines() if l.startswith("RESULT ")), None)
     assert line, res.stdout[-3000:] + res.stderr[-6000:]
     got = json.loads(line[len("RESULT "):])
+    if os.environ.get("INT2KV_TEST_ARTIFACTS"):     # the outputs, for the GPU record's reader
+        with open(os.path.join(os.environ["INT2KV_TEST_ARTIFACTS"], "smollm2_outputs.json"), "w") as f:
+            json.dump(got, f)
     assert "int2 KV cache active" in res.stdout + res.stderr
     assert got["preempted_alone"] == 0, "a request alone must fit the pool"
     assert got["preempted"], "the batch was meant to outgrow the pool and be preempted"
