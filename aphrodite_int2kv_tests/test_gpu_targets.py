@@ -78,17 +78,35 @@ def test_occupancy_rules():
     assert PRESETS["rtx4090"].resident(32, 1, 0) == 24          # the part's block limit
 
 
-def _aot(*args, env_extra=None, code=None):
+def _aot(*args, env_extra=None, code=None, capsys=None):
+    """Run the check in a subprocess; with `capsys`, its progress line (launch i of n, on stderr)
+    is shown on the terminal as it goes (the full check compiles for minutes)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env.update(env_extra or {})
     cmd = [sys.executable, "-c", code] if code else [sys.executable, "-m", "aphrodite_int2kv.kernels.aot", *args]
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3000)
+    if capsys is None:
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=3000)
+    import tempfile
+
+    with tempfile.TemporaryFile("w+") as stdout, \
+            subprocess.Popen(cmd, env=env, stdout=stdout, stderr=subprocess.PIPE, text=True) as proc:
+        err = []
+        for chunk in iter(lambda: proc.stderr.read(100), ""):
+            err.append(chunk)
+            with capsys.disabled():
+                sys.stderr.write(chunk)
+                sys.stderr.flush()
+        proc.wait(timeout=3000)
+        stdout.seek(0)
+        out = stdout.read()
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, "".join(err))
 
 
-def test_every_planned_launch_compiles_and_fits_on_every_target(tmp_path):
-    """The check itself: every kernel the engine can launch, for all five targets."""
+def test_every_planned_launch_compiles_and_fits_on_every_target(tmp_path, capsys):
+    """The check itself: every kernel the engine can launch, for all five targets (minutes: its
+    progress shows on the terminal)."""
     out = tmp_path / "aot.json"
-    res = _aot("--json", str(out))
+    res = _aot("--json", str(out), capsys=capsys)
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     data = json.loads(out.read_text())
     assert not data["problems"]
