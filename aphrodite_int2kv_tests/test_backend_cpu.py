@@ -572,3 +572,109 @@ def test_decode_tile_option(engine):
         int2_decode(torch.zeros(1, HKV, D), torch.zeros(1, 16, HKV, L.slot_bytes, dtype=torch.uint8),
                     torch.zeros(1, 1, dtype=torch.int32), torch.ones(1, dtype=torch.int32), L, 1.0, 1,
                     lloyd_max=True, fold=True)
+
+
+# -- FORMAT=tiles: the long-context channel-tile format through the impl ------------------------
+
+def _tile_reference(q, k_all, v_all, q_start, tiles_until, layout):
+    """fp32 attention of q (positions q_start..) over k_all / v_all (original basis), where keys
+    before `tiles_until` are read back from their tile records (Hadamard-rotated, K 3-bit / V 2-bit
+    channel tiles) and the rest exact."""
+    from aphrodite_int2kv.int2.tile_format import decode_tile, encode_tile
+
+    H = hadamard(D).to(DEVICE)
+    T = layout.tile
+    nt = k_all.shape[0] // T
+    k, v = k_all.clone(), v_all.clone()
+    if nt:
+        kr = R.rotate(k_all[:nt * T], H).view(nt, T, HKV, D).transpose(1, 2)
+        vr = R.rotate(v_all[:nt * T], H).view(nt, T, HKV, D).transpose(1, 2)
+        dk, dv = decode_tile(encode_tile(kr.cpu(), vr.cpu(), layout), layout)
+        kq = R.rotate(dk.transpose(1, 2).reshape(-1, HKV, D).to(DEVICE), H.T)
+        vq = R.rotate(dv.transpose(1, 2).reshape(-1, HKV, D).to(DEVICE), H.T)
+        k[:min(tiles_until, nt * T)] = kq[:tiles_until]
+        v[:min(tiles_until, nt * T)] = vq[:tiles_until]
+    return R.attend(q, k, v, D ** -0.5, causal_offset=q_start)
+
+
+@pytest.mark.parametrize("ring", [False, True])
+def test_tile_format_in_the_engine_glue(engine, monkeypatch, ring):
+    """APHRODITE_INT2KV_FORMAT=tiles through Int2AttentionImpl over several engine steps (prompts,
+    a chunked continuation, decodes that cross tile ends, decodes and a prefill in one batch), on
+    the paged window and on the ring window: a tile is quantized when its last token is stored, from
+    the window and the step's K/V, into the page and record the block table gives (byte for byte the
+    torch encoder's record); attention reads tiles before each chunk's window, the window and the
+    chunk in full precision (as the reference does, to 1e-4), and never a tile that is not whole."""
+    from aphrodite_int2kv.engine.backend import Int2AttentionImpl
+    from aphrodite_int2kv.engine.window import Int2WindowMetadata
+    from aphrodite_int2kv.int2.tile_format import TileLayout, encode_tile
+
+    monkeypatch.setenv("APHRODITE_INT2KV_FORMAT", "tiles")
+    monkeypatch.setenv("APHRODITE_INT2KV_RECENT_WINDOW", "96")
+    impl = Int2AttentionImpl(HQ, D, D ** -0.5, HKV, None, None, "int2")
+    RW, T, TBS = 96, 64, 128
+    layout = TileLayout(D, T)
+    assert impl.tiles == layout and impl.window == RW
+    torch.manual_seed(5)
+    layer = type("L", (), {"layer_name": "model.layers.0.self_attn.attn"})()
+    cache = torch.full((10, TBS, HKV, layout.token_bytes), 0xEE, dtype=torch.uint8, device=DEVICE)
+    block_table = torch.tensor([[3, 7, 1, 0], [5, 2, 9, 8]], dtype=torch.int32, device=DEVICE)
+    WBS = 24 if not ring else 100        # ring: one page of W >= R tokens per request
+    win = torch.full((30, WBS, HKV, 2 * D), float("nan"), device=DEVICE)    # unwritten entries poison
+    k_win, v_win = win[..., :D], win[..., D:]
+    wtable = (torch.randperm(29, device=DEVICE)[:28].view(2, 14) + 1).int()
+    if ring:
+        wtable[:, 1:] = 0                                  # every column but the first: the NaN page 0
+    kk = [torch.randn(300, HKV, D, device=DEVICE) * (1 + 2 * torch.rand(300, 1, 1, device=DEVICE)) for _ in range(2)]
+    vv = [torch.randn(300, HKV, D, device=DEVICE) for _ in range(2)]
+    qq = [torch.randn(300, HQ, D, device=DEVICE) for _ in range(2)]
+    lens = [0, 0]
+
+    def step(q_lens):
+        """One engine step: request r gets q_lens[r] new tokens (0: not scheduled); decodes first."""
+        rows = sorted((r for r in (0, 1) if q_lens[r]), key=lambda r: q_lens[r] > 1)
+        starts = {r: lens[r] for r in rows}
+        for r in rows:
+            lens[r] += q_lens[r]
+        key, value, query = (torch.cat([x[r][starts[r]:lens[r]] for r in rows]) for x in (kk, vv, qq))
+        n = key.shape[0]
+        pos = [torch.arange(starts[r], lens[r], device=DEVICE) for r in rows]
+        slots = torch.cat([block_table[r][p // TBS].long() * TBS + p % TBS for r, p in zip(rows, pos)])
+        wsl = torch.cat([wtable[r][p // WBS].long() * WBS + p % WBS for r, p in zip(rows, pos)])
+        wmeta = Int2WindowMetadata(block_table=wtable[rows], slot_mapping=wsl, ring=ring)
+        impl._window_state = lambda layer, dtype: (k_win, v_win, wmeta)
+        decodes = sum(q_lens[r] == 1 for r in rows)
+        m = _meta([lens[r] for r in rows], [q_lens[r] for r in rows], block_table[rows], slots, decodes)
+        impl.do_kv_cache_update(layer, key.reshape(n, -1), value.reshape(n, -1), engine_view(cache), slots,
+                                attn_metadata=m)
+        out = torch.empty(n, HQ * D, device=DEVICE)
+        impl.forward(layer, query.reshape(n, -1), key.reshape(n, -1), value.reshape(n, -1), engine_view(cache), m,
+                     output=out)
+        out, at = out.view(n, HQ, D), 0
+        for r in rows:
+            s, e = starts[r], lens[r]
+            want = _tile_reference(qq[r][s:e], kk[r][:e], vv[r][:e], s, max(0, s - (RW - 1)), layout)
+            torch.testing.assert_close(out[at:at + e - s], want, atol=ATOL, rtol=0)
+            at += e - s
+
+    step([180, 70])            # prompts: A's two whole tiles are quantized from the chunk itself
+    step([1, 60])              # A decodes; B's continuation completes tile 1 from window + chunk
+    for _ in range(11):        # A decodes to 192 (tile 2 completes at position 191)
+        step([1, 0])
+    step([1, 1])
+    step([3, 100])             # a 3-token chunk and B's continuation past two tile ends
+    # every whole tile's record is the torch encoder's, at the page and record the block table gives
+    H = hadamard(D).to(DEVICE)
+    heads_first = cache.view(10, HKV, TBS, layout.token_bytes)      # the bytes of every engine version's pages
+    for r in (0, 1):
+        for t in range(lens[r] // T):
+            page, j = int(block_table[r, t * T // TBS]), (t * T % TBS) // T
+            tok = slice(t * T, (t + 1) * T)
+            want = encode_tile(R.rotate(kk[r][tok], H).transpose(0, 1).cpu(), R.rotate(vv[r][tok], H).transpose(0, 1).cpu(),
+                               layout)
+            got = heads_first[page, :, j * T:(j + 1) * T].reshape(HKV, -1)[:, :layout.used_bytes].cpu()
+            assert torch.equal(got, want[:, :layout.used_bytes]), (r, t)
+    # a tile not yet whole has no record: A's last tile is still only in the window
+    t = lens[0] // T
+    page, j = int(block_table[0, t * T // TBS]), (t * T % TBS) // T
+    assert (heads_first[page, :, j * T:(j + 1) * T] == 0xEE).all()

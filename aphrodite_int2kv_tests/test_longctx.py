@@ -3,6 +3,8 @@ the harness reads them through, the chunked attention, and the items (copy, pass
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -219,7 +221,8 @@ def test_tile_records_read_back_what_the_harness_measured(D, T):
     # every byte of the record is one field's: codes, norms, metadata, peaks, then padding only
     assert layout.used_bytes == T * (3 * D // 8 + D // 4 + 4) + 4 * D + 8
     bits = (tiles.channel_tile_bits(3, T, D, meta_bits=8) + tiles.channel_tile_bits(2, T, D, meta_bits=8)) / 2
-    assert layout.bits_per_element() == pytest.approx(bits, abs=16 * 8 / (2 * T * D))
+    assert layout.bits_per_element() == pytest.approx(bits, abs=math.lcm(16, T) * 8 / (2 * T * D))
+    assert layout.tile_bytes == layout.token_bytes * T       # pages of whole tiles: whole bytes per token
     flipped = rec.clone()
     flipped[0, layout.k_high] ^= 1                                # one high bit of token 0, element 0
     assert decode_tile(flipped, layout)[0][0, 0, 0] != kd[0, 0, 0]

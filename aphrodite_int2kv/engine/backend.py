@@ -21,15 +21,18 @@ from aphrodite.v1.attention.backend import (AttentionBackend, AttentionCGSupport
 from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
 
 from aphrodite_int2kv.engine.kv_api import SLIDING_WINDOW_MODELS, shape_based_kv_api
-from aphrodite_int2kv.engine.options import options, slot_bytes_for
+from aphrodite_int2kv.engine.options import TILE, options, slot_bytes_for
 from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout, pages_heads_first
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
+from aphrodite_int2kv.int2.tile_format import TileLayout, TilePages
 from aphrodite_int2kv.kernels.decode import decode_launch_config, int2_decode
 from aphrodite_int2kv.kernels.limits import device_limits
 from aphrodite_int2kv.kernels.prefill import int2_prefill
 from aphrodite_int2kv.kernels.centers import sequence_centers
 from aphrodite_int2kv.kernels.store import Centering, int2_store, window_store
+from aphrodite_int2kv.kernels.tile_attention import tile_attention
+from aphrodite_int2kv.kernels.tile_store import tile_store
 from aphrodite_int2kv.engine.window import window_name, window_views
 
 INT2 = "int2"
@@ -46,10 +49,11 @@ def _page_multiple() -> int:
     except Exception:
         head = None
     if not opts.recent_window or head not in HEAD_DIMS:
-        return 16
+        return math.lcm(16, TILE) if opts.tiles else 16
     from aphrodite_int2kv.engine.window import window_page_multiple
 
-    return math.lcm(16, window_page_multiple(head, SlotLayout(head, opts.group_for(head)).slot_bytes))
+    unit = math.lcm(16, window_page_multiple(head, slot_bytes_for(head, opts)))
+    return math.lcm(unit, TILE) if opts.tiles else unit
 
 
 class Int2AttentionBackend(AttentionBackend):
@@ -91,7 +95,13 @@ class Int2AttentionBackend(AttentionBackend):
             hybrid = bool(cfg and cfg.model_config and cfg.model_config.is_hybrid)
         except Exception:
             hybrid = False
-        if options().recent_window and not hybrid:
+        opts = options()
+        if opts.tiles and not hybrid:
+            # pages of whole tiles and whole window tokens: 512 tokens at head_dim 128 (93 B per
+            # token and head; the window's page then holds 93 bf16 tokens)
+            unit = _page_multiple()
+            return -(-max(unit, default_block_size) // unit) * unit
+        if opts.recent_window and not hybrid:
             return max(128, default_block_size)
         return max(16, default_block_size)
 
@@ -201,7 +211,7 @@ def _log_active(spec, layer_names) -> None:
 
         opts = options()
         heads, head = spec.num_kv_heads, spec.head_size
-        layout = SlotLayout(head, opts.group_for(head))
+        layout = TileLayout(head, TILE) if opts.tiles else SlotLayout(head, opts.group_for(head))
         window = ""
         if opts.recent_window:
             window = (f"; + recent window of {opts.recent_window} tokens per sequence in full precision "
@@ -210,7 +220,7 @@ def _log_active(spec, layer_names) -> None:
         init_logger("aphrodite.int2kv").info(
             "int2 KV cache active on %d layers (%s%s): %s; %d B per token per layer (bf16: %d B, %.2fx "
             "fewer); page %d tokens%s", len(layer_names), ", ".join(list(layer_names)[:2]),
-            ", ..." if len(layer_names) > 2 else "", opts.describe(head), heads * layout.slot_bytes,
+            ", ..." if len(layer_names) > 2 else "", opts.describe(head), heads * slot_bytes_for(head, opts),
             heads * head * 4, layout.ratio_vs(), spec.block_size, window)
     except Exception as exc:  # logging must never stop the engine
         import logging
@@ -352,6 +362,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                                   "kv_cache_dtype_skip_layers.")
         self.opts = options()
         self.layout = SlotLayout(head_size, self.opts.group_for(head_size))
+        self.tiles = TileLayout(head_size, TILE) if self.opts.tiles else None
         self.num_heads, self.num_kv_heads, self.head_size = num_heads, num_kv_heads, head_size
         self.scale = float(scale)
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
@@ -437,6 +448,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         _, rk, rv = self._rotations(layer, key.device)
         k = rotate(key[:n].view(n, self.num_kv_heads, self.head_size), rk).to(key.dtype).contiguous()
         v = rotate(value[:n].view(n, self.num_kv_heads, self.head_size), rv).to(value.dtype).contiguous()
+        if self.tiles is not None:
+            return self._update_tiles(layer, k, v, cache, slot_mapping, attn_metadata)
         store = dict(layout=self.layout, k_clip=self.opts.k_clip, v_clip=self.opts.v_clip,
                      lloyd_max=self.opts.lloyd_max, std_range=self.opts.std_range)
         win = self._window_state(layer, key.dtype)
@@ -465,6 +478,55 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             window_store(k[:nd], v[:nd], slots[:nd], win[0], win[1], centering=centering)
         else:
             window_store(k, v, win[2].slot_mapping[:n], win[0], win[1], centering=centering)
+
+    def _update_tiles(self, layer, k, v, cache, slot_mapping, attn_metadata):
+        """FORMAT=tiles: the new tokens go to the recent window, and every tile of T tokens that
+        this step completes is quantized into its record (kernels/tile_store.py). A tile's earlier
+        tokens are read from the window, which still holds them (R >= T), its new ones from the
+        step's K/V. Decode batches (which CUDA graphs capture) take one candidate tile per token,
+        skipped where none completes; batches with prefills take only the completed tiles."""
+        win = self._window_state(layer, k.dtype)
+        if win is None:             # the profiling run: no step to store
+            return
+        m = attn_metadata if attn_metadata is not None else _layer_metadata(layer)
+        n = k.shape[0]
+        k_win, v_win, wmeta = win
+        W = k_win.shape[1]
+        if wmeta.ring:
+            # decodes now; the prefills' ring entries after they read the prefix window (forward)
+            nd = m.num_decode_tokens
+            table, slots = ring_window(m, wmeta, slot_mapping, n, self.window, W)
+            window_store(k[:nd], v[:nd], slots[:nd], k_win, v_win)
+        else:
+            table = wmeta.block_table
+            window_store(k, v, wmeta.slot_mapping[:n], k_win, v_win)
+        T, dev = TILE, k.device
+        req, pos = (x.long() for x in step_tokens(m, n))
+        done = ((pos + 1) % T == 0) & (slot_mapping[:n] >= 0)
+        cand = done.nonzero().squeeze(1) if m.num_prefills else torch.arange(n, device=dev)
+        r, last = req[cand], pos[cand]
+        q_lens = (m.query_start_loc[1:] - m.query_start_loc[:-1]).long()
+        first_new = (m.seq_lens.long() - q_lens)[r]                      # each request's first new position
+        tok = (last - (T - 1))[:, None] + torch.arange(T, device=dev)     # [C, T] the tiles' positions
+        from_new = (tok >= first_new[:, None])[..., None, None]
+        rows = (m.query_start_loc.long()[r][:, None] + tok - first_new[:, None]).clamp(0, n - 1)
+        at = tok.clamp(min=0)
+        wpage = table[r[:, None], (at // W).clamp(max=table.shape[1] - 1)].long()
+        kt = torch.where(from_new, k[rows], k_win[wpage, at % W])
+        vt = torch.where(from_new, v[rows], v_win[wpage, at % W])
+        start = (last - (T - 1)).clamp(min=0)
+        bs = cache.shape[1]
+        dest = m.block_table[r, start // bs].long() * (bs // T) + (start % bs) // T
+        dest = torch.where(done[cand], dest, -1)
+        tile_store(kt.transpose(1, 2).contiguous(), vt.transpose(1, 2).contiguous(),
+                   torch.zeros(cand.shape[0], dtype=torch.int32, device=dev), dest, self._tile_pages(cache), self.tiles)
+
+    def _tile_pages(self, cache) -> TilePages:
+        try:
+            return TilePages.of_cache(cache, self.tiles)
+        except ValueError as exc:
+            raise Int2ConfigError(f"APHRODITE_INT2KV_FORMAT=tiles: {exc}. The engine must lay pages out heads "
+                                  f"first (LBHNC) with a block size that is a multiple of {TILE}") from None
 
     def _store_centering(self, center, m, n):
         """How the store centers the step's n keys: K - c except at positions < sinks (None: no
@@ -525,6 +587,23 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             self._cache_memo = memo = (kv_cache, view)
         return memo[1]
 
+    def _forward_tiles(self, layer, q, key, value, cache, m, n, rk, rv):
+        """FORMAT=tiles: decodes and prefills in one launch (kernels/tile_attention.py): the tiles
+        before each chunk's window, the window, the chunk causally; then the prefills' ring entries."""
+        H, D = self.num_kv_heads, self.head_size
+        k = rotate(key[:n].view(n, H, D), rk).to(q.dtype).contiguous()
+        v = rotate(value[:n].view(n, H, D), rv).to(q.dtype).contiguous()
+        k_win, v_win, wmeta = self._window_state(layer, q.dtype)
+        W = k_win.shape[1]
+        table = ring_window(m, wmeta, m.slot_mapping, n, self.window, W)[0] if wmeta.ring else wmeta.block_table
+        out = tile_attention(q, k, v, self._tile_pages(cache), m.block_table, m.query_start_loc, m.seq_lens,
+                             m.max_query_len, self.scale, (k_win, v_win, table, self.window))
+        if wmeta.ring and m.num_prefills:
+            nd = m.num_decode_tokens
+            slots = ring_window(m, wmeta, m.slot_mapping, n, self.window, W)[1]
+            window_store(k[nd:], v[nd:], slots[nd:n], k_win, v_win)
+        return out
+
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None,
                 output_scale=None, output_block_scale=None):
         assert output is not None
@@ -537,6 +616,11 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         cache = self._cache_view(kv_cache)
         rq, rk, rv = self._rotations(layer, query.device)
         q = rotate(query[:n].view(n, self.num_heads, self.head_size), rq).to(query.dtype).contiguous()
+        if self.tiles is not None:
+            out_rot = self._forward_tiles(layer, q, key, value, cache, m, n, rk, rv)
+            out = unrotate_output(out_rot, rv, self.num_kv_heads)
+            output[:n].view(n, self.num_heads, self.head_size).copy_(out)
+            return output
         out_rot = torch.empty_like(q)
         nd = m.num_decode_tokens
         sinks = self._sinks()

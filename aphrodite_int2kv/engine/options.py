@@ -12,6 +12,7 @@ cores and workers inherit it). Validated at start-up with errors that name the v
 | APHRODITE_INT2KV_K_CENTER_SKIP | 4 | with K offsets: the first N tokens of each sequence (attention sinks) are stored uncentered |
 | APHRODITE_INT2KV_K_CENTER_FIRST | auto | data-free K centering: the offset of each sequence is the mean of its first N keys as the cache holds them (those N stay uncentered); auto = 16 (+2.5 % PPL on SmolLM2 instead of +4.2 %, -0.9 % decode throughput at 32K), or 0 (off) when the K rotation file carries offsets; 0 = off |
 | APHRODITE_INT2KV_RECENT_WINDOW | 128 | the last R tokens of each sequence are also kept in bf16/fp16 and read from there (0 = off) |
+| APHRODITE_INT2KV_FORMAT | tokens | `tokens`: 2-bit K and V in per-token groups (the settings above); `tiles`: the long-context format, K 3-bit and V 2-bit quantized per channel across tiles of 64 tokens when they leave the recent window (docs/format.md, "Channel-tile format"; the group, level, clip, centering and decode-tile settings do not apply to it) |
 | APHRODITE_INT2KV_DECODE_TILE | auto | decode's int2 tile: `folded` (codes straight into the tensor cores, scale and zero applied to the dot products; uniform levels only), `per-code` (each code dequantized first); auto = folded for `std`/`minmax` levels, per-code for `lloyd-max` |
 """
 
@@ -28,10 +29,14 @@ PREFIX = "APHRODITE_INT2KV_"
 # every APHRODITE_INT2KV_* name the plugin reads: the options below, the quality tools' cache
 # folder (quality/assets.py) and the launch planner's stand-in GPU (kernels/limits.py)
 OPTION_NAMES = ("GROUP_SIZE", "K_ROTATION", "V_ROTATION", "K_CLIP", "V_CLIP", "LEVELS", "K_CENTER_SKIP",
-                "K_CENTER_FIRST", "RECENT_WINDOW", "DECODE_TILE")
+                "K_CENTER_FIRST", "RECENT_WINDOW", "DECODE_TILE", "FORMAT")
 KNOWN = OPTION_NAMES + ("CACHE", "DEVICE_LIMITS")
 LEVELS = ("std", "minmax", "lloyd-max")
 DECODE_TILES = ("auto", "folded", "per-code")
+FORMATS = ("tokens", "tiles")
+TILE = 64                # tokens per tile of the `tiles` format
+# settings of the per-token format only: a user who sets one with FORMAT=tiles is told so
+TOKEN_FORMAT_ONLY = ("GROUP_SIZE", "K_CLIP", "V_CLIP", "LEVELS", "K_CENTER_SKIP", "K_CENTER_FIRST", "DECODE_TILE")
 
 
 DATA_FREE_FIRST = 16     # measured best on SmolLM2 (docs/quality.md)
@@ -109,6 +114,7 @@ class Int2Options:
     k_center_first: int = 16          # from_env: 0 when the K rotation file carries offsets
     recent_window: int = 128
     decode_tile: str = "auto"
+    format: str = "tokens"
 
     @classmethod
     def from_env(cls, env=None) -> "Int2Options":
@@ -138,11 +144,27 @@ class Int2Options:
             k_center_first=get("K_CENTER_FIRST", None, _center_first, "'auto' or an integer number of tokens (0 = off)"),
             recent_window=get("RECENT_WINDOW", 128, int, "an integer number of tokens (0 = off)"),
             decode_tile=get("DECODE_TILE", "auto", lambda r: r.strip().lower(), "a decode tile"),
+            format=get("FORMAT", "tokens", lambda r: r.strip().lower(), "a format"),
         )
+        if opts.format == "tiles":
+            given = [PREFIX + n for n in TOKEN_FORMAT_ONLY if env.get(PREFIX + n)]
+            if given:
+                raise Int2ConfigError(f"{', '.join(given)}: setting(s) of the per-token format, which "
+                                      f"{PREFIX}FORMAT=tiles does not use; unset them, or set {PREFIX}FORMAT=tokens")
+            if _file_offsets(opts.k_rotation):
+                raise Int2ConfigError(f"{PREFIX}K_ROTATION={opts.k_rotation!r} carries K offsets ('k_offset'), "
+                                      f"which {PREFIX}FORMAT=tiles does not use (its per-channel zeros take the "
+                                      f"offset): use a rotation file without offsets, or {PREFIX}FORMAT=tokens")
+            opts = dataclasses.replace(opts, k_center_first=0, k_center_skip=0)
         if opts.k_center_first is None:   # auto: data-free centering unless a file gives offsets
             opts = dataclasses.replace(opts, k_center_first=0 if _file_offsets(opts.k_rotation) else DATA_FREE_FIRST)
         opts.validate()
         return opts
+
+    @property
+    def tiles(self) -> bool:
+        """The long-context channel-tile format (FORMAT=tiles)."""
+        return self.format == "tiles"
 
     def group_for(self, head_dim: int) -> int:
         """The group size of layers with this head_dim."""
@@ -165,6 +187,12 @@ class Int2Options:
         return self.decode_tile == "folded"
 
     def validate(self) -> None:
+        if self.format not in FORMATS:
+            raise Int2ConfigError(f"{PREFIX}FORMAT={self.format!r} is not one of {', '.join(FORMATS)}")
+        if self.tiles and self.recent_window < TILE:
+            raise Int2ConfigError(f"{PREFIX}RECENT_WINDOW={self.recent_window}: {PREFIX}FORMAT=tiles keeps a tile's "
+                                  f"tokens in the recent window until the tile is whole, so the window must hold at "
+                                  f"least {TILE} tokens (128 is the measured default)")
         if self.levels not in LEVELS:
             raise Int2ConfigError(f"{PREFIX}LEVELS={self.levels!r} is not one of {', '.join(LEVELS)} "
                                   f"(std is the measured default)")
@@ -207,6 +235,10 @@ class Int2Options:
                     raise Int2ConfigError(f"{PREFIX}{name}: {problem}")
 
     def describe(self, head_dim: int | None = None) -> str:
+        if self.tiles:
+            return (f"format=tiles (K 3-bit / V 2-bit per channel across tiles of {TILE} tokens, norm-balanced, "
+                    f"e4m3 scales) K-rot={self.k_rotation} V-rot={self.v_rotation} "
+                    f"recent window={self.recent_window}")
         quant = {"std": "levels=std", "minmax": "levels=minmax", "lloyd-max": "levels=Lloyd-Max"}[self.levels]
         center = _file_offsets(self.k_rotation)
         if head_dim is not None:
@@ -230,8 +262,13 @@ def options() -> Int2Options:
     return Int2Options.from_env()
 
 
-def slot_bytes_for(head_size: int) -> int:
-    """Bytes of one int2 slot (one token, one KV head) at this process's group size."""
+def slot_bytes_for(head_size: int, opts: Int2Options | None = None) -> int:
+    """Bytes per token and KV head in the int2 cache: one slot at this process's group size, or
+    with FORMAT=tiles a tile record's bytes per token (pages hold whole tiles)."""
     from aphrodite_int2kv.int2.format import SlotLayout
+    from aphrodite_int2kv.int2.tile_format import TileLayout
 
-    return SlotLayout(head_size, options().group_for(head_size)).slot_bytes
+    opts = opts or options()
+    if opts.tiles:
+        return TileLayout(head_size, TILE).token_bytes
+    return SlotLayout(head_size, opts.group_for(head_size)).slot_bytes

@@ -15,6 +15,7 @@ P.V takes p * v_norm and applies V's scale and zero once per tile and channel.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import torch
 
@@ -24,7 +25,7 @@ from aphrodite_int2kv.int2.tiles import _meta, decode_channel_tile, encode_chann
 
 TILES = (32, 64)
 HEAD_DIMS = (64, 128, 256)
-ALIGN = 16
+ALIGN = 16       # bytes: 16-byte vector loads; a record is also a whole number of bytes per token
 K_BITS, V_BITS = 3, 2
 
 
@@ -85,7 +86,15 @@ class TileLayout:
 
     @property
     def tile_bytes(self) -> int:
-        return -(-self.used_bytes // ALIGN) * ALIGN
+        """The record padded to a multiple of 16 bytes and of the tile's tokens, so that a page of
+        whole tiles is a whole number of bytes per token (what the engine sizes pages by)."""
+        unit = math.lcm(ALIGN, self.tile)
+        return -(-self.used_bytes // unit) * unit
+
+    @property
+    def token_bytes(self) -> int:
+        """Bytes per token and KV head, as the engine counts a page of whole tiles."""
+        return self.tile_bytes // self.tile
 
     def bits_per_element(self) -> float:
         """Stored bits per K or V element, everything in the record counted (padding too)."""
@@ -93,6 +102,44 @@ class TileLayout:
 
     def ratio_vs(self, elem_bytes: int = 2) -> float:
         return 2 * self.tile * self.head_dim * elem_bytes / self.tile_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class TilePages:
+    """Where tile records lie: record r of KV head h begins at byte
+    ``(r // per_page) * page_stride + h * head_stride + (r % per_page) * tile_bytes`` of `flat`
+    (uint8, 1-D, even-aligned so that the fp16 fields read through an fp16 view of it).
+    Standalone records [R, H, tile_bytes] are pages of one record each (`of_records`); the engine's
+    int2 cache holds block_size / T records per page and KV head, heads first (`of_cache`)."""
+    flat: torch.Tensor
+    page_stride: int
+    head_stride: int
+    per_page: int
+    layout: "TileLayout"
+
+    @classmethod
+    def of_records(cls, records: torch.Tensor, layout: "TileLayout") -> "TilePages":
+        if records.dtype != torch.uint8 or records.dim() != 3 or records.shape[2] != layout.tile_bytes or \
+                not records.is_contiguous():
+            raise ValueError(f"tile records must be contiguous uint8 [R, H, {layout.tile_bytes}], got "
+                             f"{records.dtype} {tuple(records.shape)}")
+        return cls(records.view(-1), records.stride(0), records.stride(1), 1, layout)
+
+    @classmethod
+    def of_cache(cls, cache: torch.Tensor, layout: "TileLayout") -> "TilePages":
+        """cache: the engine's pages as [blocks, block_size, kv_heads, token_bytes] uint8, each page
+        heads first (a head's block_size tokens are one run of bytes, so its tiles are whole records)."""
+        blocks, bs, heads, tb = cache.shape
+        if cache.dtype != torch.uint8 or tb != layout.token_bytes or bs % layout.tile or \
+                cache.stride(1) != tb or cache.stride(2) != bs * tb or cache.stride(0) < heads * bs * tb:
+            raise ValueError(f"int2 tile format: the cache {cache.dtype} {tuple(cache.shape)} strides {cache.stride()} "
+                             f"is not pages of whole {layout.tile}-token tiles ({layout.token_bytes} B per token), "
+                             f"heads first")
+        flat = torch.as_strided(cache, (blocks * cache.stride(0),), (1,))
+        return cls(flat, cache.stride(0), cache.stride(2), bs // layout.tile, layout)
+
+    def as_f16(self) -> torch.Tensor:
+        return self.flat.view(torch.float16)
 
 
 def pack_bit_plane(bits: torch.Tensor) -> torch.Tensor:

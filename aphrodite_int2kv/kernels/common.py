@@ -490,3 +490,30 @@ def window_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, wtable
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, wk_ptr + row, wv_ptr + row, nmask,
             qk_scale, tok, qc, ROWS, N, W, DOT, SINKS)
     return m_i, l_i, acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def chunk_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, rows, end, k_base, v_base, stride_kt, stride_vt,
+               qk_scale, N: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr):
+    """The chunk's own keys [0, end) in full precision, causal: key j is visible to query row i
+    (positions within the chunk, `rows`) if j <= i. k_base / v_base point at the chunk's first
+    token of the KV head."""
+    cols = tl.arange(0, W)
+    for n0 in range(0, end, N):
+        keys = n0 + tl.arange(0, N)
+        kmask = keys < end
+        k_rows = k_base + keys[None, :] * stride_kt + cols[:, None]
+        v_rows = v_base + keys[:, None] * stride_vt + cols[None, :]
+        s = tl.dot(q0, tl.load(k_rows + 0 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        s += tl.dot(q1, tl.load(k_rows + 1 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        s += tl.dot(q2, tl.load(k_rows + 2 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        s += tl.dot(q3, tl.load(k_rows + 3 * W, mask=kmask[None, :], other=0.0).to(DOT))
+        visible = kmask[None, :] & (keys[None, :] <= rows[:, None])
+        s = tl.where(visible, s * qk_scale, float("-inf"))
+        m_i, l_i, alpha, p = softmax_step(m_i, l_i, s)      # padded rows see nothing: safe
+        pd = p.to(DOT)
+        acc0 = acc0 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 0 * W, mask=kmask[:, None], other=0.0).to(DOT))
+        acc1 = acc1 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 1 * W, mask=kmask[:, None], other=0.0).to(DOT))
+        acc2 = acc2 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 2 * W, mask=kmask[:, None], other=0.0).to(DOT))
+        acc3 = acc3 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 3 * W, mask=kmask[:, None], other=0.0).to(DOT))
+    return m_i, l_i, acc0, acc1, acc2, acc3

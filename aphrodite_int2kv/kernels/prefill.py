@@ -18,7 +18,7 @@ import triton.language as tl
 from triton.runtime.errors import OutOfResources
 
 from aphrodite_int2kv.int2.format import LLOYD_MAX_LEVELS, SlotLayout
-from aphrodite_int2kv.kernels.common import LOG2E, empty_state, int2_span, query_dot_center, softmax_step, window_span
+from aphrodite_int2kv.kernels.common import LOG2E, chunk_span, empty_state, int2_span, query_dot_center, window_span
 from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.decode import _window_args, center_args, dot_dtype
 from aphrodite_int2kv.kernels.limits import KB, DeviceLimits, device_limits
@@ -95,24 +95,10 @@ def _int2_prefill_kernel(
             qk_scale, qc, WBS, BLOCK_M, BLOCK_N, W, DOT, SINKS)
 
     # Phase 2: the chunk itself in full precision, causal (chunk key j visible to row i if j <= i).
-    chunk_end = tl.minimum(q_len, (q_block + 1) * BLOCK_M)
-    for n0 in range(0, chunk_end, BLOCK_N):
-        keys = n0 + tl.arange(0, BLOCK_N)
-        kmask = keys < chunk_end
-        k_rows = k_ptr + (q_start + keys)[None, :] * stride_kt + kv_head * stride_kh + cols[:, None]
-        v_rows = v_ptr + (q_start + keys)[:, None] * stride_vt + kv_head * stride_vh + cols[None, :]
-        s = tl.dot(q0, tl.load(k_rows + 0 * W, mask=kmask[None, :], other=0.0).to(DOT))
-        s += tl.dot(q1, tl.load(k_rows + 1 * W, mask=kmask[None, :], other=0.0).to(DOT))
-        s += tl.dot(q2, tl.load(k_rows + 2 * W, mask=kmask[None, :], other=0.0).to(DOT))
-        s += tl.dot(q3, tl.load(k_rows + 3 * W, mask=kmask[None, :], other=0.0).to(DOT))
-        visible = kmask[None, :] & (keys[None, :] <= rows[:, None])
-        s = tl.where(visible, s * qk_scale, float("-inf"))
-        m_i, l_i, alpha, p = softmax_step(m_i, l_i, s)      # padded rows see nothing: safe
-        pd = p.to(DOT)
-        acc0 = acc0 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 0 * W, mask=kmask[:, None], other=0.0).to(DOT))
-        acc1 = acc1 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 1 * W, mask=kmask[:, None], other=0.0).to(DOT))
-        acc2 = acc2 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 2 * W, mask=kmask[:, None], other=0.0).to(DOT))
-        acc3 = acc3 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 3 * W, mask=kmask[:, None], other=0.0).to(DOT))
+    m_i, l_i, acc0, acc1, acc2, acc3 = chunk_span(
+        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, rows, tl.minimum(q_len, (q_block + 1) * BLOCK_M),
+        k_ptr + q_start * stride_kt + kv_head * stride_kh, v_ptr + q_start * stride_vt + kv_head * stride_vh,
+        stride_kt, stride_vt, qk_scale, BLOCK_N, W, DOT)
 
     inv_l = 1.0 / tl.where(l_i > 0, l_i, 1.0)
     o_rows = out_ptr + (q_start + rows)[:, None] * stride_ot + q_head * stride_oh + cols[None, :]

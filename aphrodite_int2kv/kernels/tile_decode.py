@@ -20,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from aphrodite_int2kv.int2.tile_format import TileLayout
+from aphrodite_int2kv.int2.tile_format import TileLayout, TilePages
 
 
 @triton.jit
@@ -54,13 +54,13 @@ def _unpack(rec_u8, base, T: tl.constexpr, D: tl.constexpr, PLANES: tl.constexpr
 @triton.jit
 def _tile_decode_kernel(
     q_ptr,                       # [B, Hkv, R, D] fp32 rotated queries (R rows per KV head, padded)
-    rec_u8, rec_f16,             # records [NR, Hkv, tile_bytes] as uint8 and fp16 views
+    rec_u8, rec_f16,             # the records' memory as uint8 and fp16 (int2/tile_format.py TilePages)
     table_ptr,                   # [B, MAX_TILES] int32: each sequence's record rows, in order
     ntok_ptr,                    # [B] int32: tokens of each sequence held in tiles
     out_ptr, lse_ptr,            # [B, Hkv, R, D] fp32, [B, Hkv, R] fp32
-    stride_qb, stride_qh, stride_rn, stride_rh, stride_tb, stride_ob, stride_oh, stride_lb, stride_lh,
+    stride_qb, stride_qh, stride_page, stride_head, stride_tb, stride_ob, stride_oh, stride_lb, stride_lh,
     sm_scale,
-    R: tl.constexpr, T: tl.constexpr, D: tl.constexpr,
+    R: tl.constexpr, T: tl.constexpr, D: tl.constexpr, PER_PAGE: tl.constexpr, TILE_BYTES: tl.constexpr,
     OFF_KH: tl.constexpr, OFF_V: tl.constexpr, OFF_KN: tl.constexpr, OFF_VN: tl.constexpr,
     OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     OFF_PEAKS: tl.constexpr, SINKS: tl.constexpr = 0,
@@ -76,7 +76,8 @@ def _tile_decode_kernel(
     l = tl.zeros([R], tl.float32)
     acc = tl.zeros([R, D], tl.float32)
     for i in range(0, tl.cdiv(n, T)):
-        rec = tl.load(table_ptr + seq * stride_tb + i).to(tl.int64) * stride_rn + head * stride_rh
+        r = tl.load(table_ptr + seq * stride_tb + i).to(tl.int64)
+        rec = (r // PER_PAGE) * stride_page + head * stride_head + (r % PER_PAGE) * TILE_BYTES
         k_codes = _unpack(rec_u8, rec, T, D, 4, 2) | (_unpack(rec_u8, rec + OFF_KH, T, D, 8, 1) << 2)
         k_norm = tl.load(rec_f16 + (rec + OFF_KN) // 2 + toks).to(tl.float32)
         k_scale = _meta(rec_u8, rec_f16, rec, OFF_KS, 0, OFF_PEAKS, D)
@@ -102,7 +103,7 @@ def _tile_decode_kernel(
     tl.store(lse_ptr + seq * stride_lb + head * stride_lh + rows, tl.where(l > 0, m + tl.log(safe), float("-inf")))
 
 
-def tile_decode(q_rot: torch.Tensor, records: torch.Tensor, tile_table: torch.Tensor, tokens: torch.Tensor,
+def tile_decode(q_rot: torch.Tensor, records: torch.Tensor | TilePages, tile_table: torch.Tensor, tokens: torch.Tensor,
                 layout: TileLayout, sm_scale: float, sinks: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """q_rot [B, Hkv, R, D] (rotated queries, R rows per KV head, a power of 2 >= 16); records
     [NR, Hkv, tile_bytes] uint8; tile_table [B, max_tiles] int32 (each sequence's record rows in
@@ -113,16 +114,18 @@ def tile_decode(q_rot: torch.Tensor, records: torch.Tensor, tile_table: torch.Te
     if D != layout.head_dim or R < 16 or R & (R - 1):
         raise ValueError(f"tile_decode: queries {tuple(q_rot.shape)}: head_dim {layout.head_dim} and a power-of-2 "
                          f"number of rows >= 16 (pad the query heads of a KV head)")
-    if records.dtype != torch.uint8 or records.shape[1:] != (H, layout.tile_bytes) or not records.is_contiguous():
-        raise ValueError(f"tile_decode: records must be contiguous uint8 [N, {H}, {layout.tile_bytes}]")
+    if isinstance(records, torch.Tensor):
+        if records.dtype != torch.uint8 or records.shape[1:] != (H, layout.tile_bytes) or not records.is_contiguous():
+            raise ValueError(f"tile_decode: records must be contiguous uint8 [N, {H}, {layout.tile_bytes}]")
+        records = TilePages.of_records(records, layout)
     q = q_rot.float().contiguous()
     out = torch.empty_like(q)
     lse = torch.empty(B, H, R, dtype=torch.float32, device=q.device)
     L = layout
     _tile_decode_kernel[(B, H)](
-        q, records, records.view(torch.float16), tile_table, tokens, out, lse,
-        q.stride(0), q.stride(1), records.stride(0), records.stride(1), tile_table.stride(0),
+        q, records.flat, records.as_f16(), tile_table, tokens, out, lse,
+        q.stride(0), q.stride(1), records.page_stride, records.head_stride, tile_table.stride(0),
         out.stride(0), out.stride(1), lse.stride(0), lse.stride(1), sm_scale,
-        R=R, T=L.tile, D=D, OFF_KH=L.k_high, OFF_V=L.v_codes, OFF_KN=L.k_norm, OFF_VN=L.v_norm, OFF_KS=L.k_scale,
+        R=R, T=L.tile, D=D, PER_PAGE=records.per_page, TILE_BYTES=L.tile_bytes, OFF_KH=L.k_high, OFF_V=L.v_codes, OFF_KN=L.k_norm, OFF_VN=L.v_norm, OFF_KS=L.k_scale,
         OFF_KZ=L.k_zero, OFF_VS=L.v_scale, OFF_VZ=L.v_zero, OFF_PEAKS=L.peaks, SINKS=sinks, num_warps=4)
     return out, lse

@@ -8,9 +8,9 @@ then the scale, as e4m3 under an fp16 peak per tile; codes rounded against the s
 e4m3 is encoded with integer operations (round to nearest even) rather than fp8 conversions,
 which GPUs before sm_89 lack.
 
-Not yet called by the engine, and not yet in the ahead-of-time compile check (kernels/aot.py
-covers the launches the engine plans): the decode and prefill kernels that read these records
-come next.
+The engine (APHRODITE_INT2KV_FORMAT=tiles) calls it with the tiles that the step's new tokens
+completed, gathered from the recent window and the step's K/V; records are addressed through
+int2/tile_format.py's TilePages (the engine's pages hold several tiles per KV head).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from aphrodite_int2kv.int2.tile_format import K_BITS, V_BITS, TileLayout
+from aphrodite_int2kv.int2.tile_format import K_BITS, V_BITS, TileLayout, TilePages
 
 FP16_MAX = tl.constexpr(65504.0)
 E4M3_MAX = tl.constexpr(448.0)
@@ -95,9 +95,9 @@ def _tile_store_kernel(
     k_ptr, v_ptr,                  # [N, H, T, D] rotated, any float dtype
     excl_ptr,                      # [N] int32: leading tokens of each tile left out of its ranges
     dest_ptr,                      # [N] int64: the record row each tile goes to, -1 = skip
-    out_u8, out_f16,               # records [R, H, tile_bytes] as uint8 and as fp16 views
-    stride_kn, stride_kh, stride_vn, stride_vh, stride_on, stride_oh,
-    T: tl.constexpr, D: tl.constexpr,
+    out_u8, out_f16,               # the records' memory as uint8 and as fp16 (int2/tile_format.py TilePages)
+    stride_kn, stride_kh, stride_vn, stride_vh, stride_page, stride_head,
+    T: tl.constexpr, D: tl.constexpr, PER_PAGE: tl.constexpr, TILE_BYTES: tl.constexpr,
     OFF_KH: tl.constexpr, OFF_V: tl.constexpr, OFF_KN: tl.constexpr, OFF_VN: tl.constexpr,
     OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     OFF_PEAKS: tl.constexpr, K_LEVELS: tl.constexpr, V_LEVELS: tl.constexpr,
@@ -107,7 +107,7 @@ def _tile_store_kernel(
     dest = tl.load(dest_ptr + tile).to(tl.int64)
     if dest < 0:
         return
-    rec = dest * stride_on + head * stride_oh                     # the record's first byte
+    rec = (dest // PER_PAGE) * stride_page + head * stride_head + (dest % PER_PAGE) * TILE_BYTES   # its first byte
     tokens = tl.arange(0, T)
     channels = tl.arange(0, D)
     at = tokens[:, None] * D + channels[None, :]
@@ -138,23 +138,28 @@ def _tile_store_kernel(
 
 
 def tile_store(k_rot: torch.Tensor, v_rot: torch.Tensor, exclude: torch.Tensor, dest: torch.Tensor,
-               records: torch.Tensor, layout: TileLayout) -> None:
-    """Quantize tiles k_rot, v_rot [N, H, T, D] (rotated) into records [R, H, tile_bytes] uint8 at
-    rows dest [N] int64 (-1: skip); exclude [N] int32: leading tokens of each tile left out of its
-    ranges. The padding bytes of a record are left as they are."""
+               records: torch.Tensor | TilePages, layout: TileLayout) -> None:
+    """Quantize tiles k_rot, v_rot [N, H, T, D] (rotated) into records (uint8 [R, H, tile_bytes], or
+    the engine's pages as TilePages) at record indices dest [N] int64 (-1: skip); exclude [N] int32:
+    leading tokens of each tile left out of its ranges. The padding bytes of a record are left as
+    they are."""
     N, H, T, D = k_rot.shape
     if (T, D) != (layout.tile, layout.head_dim) or v_rot.shape != k_rot.shape:
         raise ValueError(f"tile_store: K {tuple(k_rot.shape)} / V {tuple(v_rot.shape)}, expected [N, H, "
                          f"{layout.tile}, {layout.head_dim}]")
-    if records.dtype != torch.uint8 or records.shape[1:] != (H, layout.tile_bytes) or not records.is_contiguous():
-        raise ValueError(f"tile_store: records must be contiguous uint8 [R, {H}, {layout.tile_bytes}], got "
-                         f"{records.dtype} {tuple(records.shape)}")
+    if isinstance(records, torch.Tensor):
+        if records.dtype != torch.uint8 or records.shape[1:] != (H, layout.tile_bytes) or not records.is_contiguous():
+            raise ValueError(f"tile_store: records must be contiguous uint8 [R, {H}, {layout.tile_bytes}], got "
+                             f"{records.dtype} {tuple(records.shape)}")
+        records = TilePages.of_records(records, layout)
     if k_rot.stride(-1) != 1 or k_rot.stride(-2) != D or v_rot.stride(-1) != 1 or v_rot.stride(-2) != D:
         raise ValueError("tile_store: each tile's [T, D] block must be contiguous")
     L = layout
+    if N == 0:
+        return
     _tile_store_kernel[(N, H)](
-        k_rot, v_rot, exclude, dest, records, records.view(torch.float16),
-        k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1), records.stride(0), records.stride(1),
-        T=T, D=D, OFF_KH=L.k_high, OFF_V=L.v_codes, OFF_KN=L.k_norm, OFF_VN=L.v_norm, OFF_KS=L.k_scale,
+        k_rot, v_rot, exclude, dest, records.flat, records.as_f16(),
+        k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1), records.page_stride, records.head_stride,
+        T=T, D=D, PER_PAGE=records.per_page, TILE_BYTES=L.tile_bytes, OFF_KH=L.k_high, OFF_V=L.v_codes, OFF_KN=L.k_norm, OFF_VN=L.v_norm, OFF_KS=L.k_scale,
         OFF_KZ=L.k_zero, OFF_VS=L.v_scale, OFF_VZ=L.v_zero, OFF_PEAKS=L.peaks,
         K_LEVELS=2 ** K_BITS - 1, V_LEVELS=2 ** V_BITS - 1, num_warps=8)

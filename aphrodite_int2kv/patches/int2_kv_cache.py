@@ -214,12 +214,12 @@ def _window_companions() -> str:
             return
         from aphrodite.config import get_current_aphrodite_config
 
+        from aphrodite_int2kv.engine.options import slot_bytes_for
         from aphrodite_int2kv.engine.window import Int2WindowLayer
-        from aphrodite_int2kv.int2.format import SlotLayout
 
         ctx = get_current_aphrodite_config().compilation_config.static_forward_context
         Int2WindowLayer(self.layer_name, self.num_kv_heads, self.head_size, opts.recent_window,
-                        SlotLayout(self.head_size, opts.group_for(self.head_size)).slot_bytes, ctx)
+                        slot_bytes_for(self.head_size, opts), ctx)
 
     Attention.__init__ = mark(__init__)
     from aphrodite_int2kv.engine.window import window_budget_managed
