@@ -784,3 +784,51 @@ def test_mla_layers_refuse_int2_with_the_fix(registered):
     aphrodite_int2kv.register()                     # idempotent: still one check, not two
     with pytest.raises(Int2ConfigError):
         MLAAttention(cache_config=CacheConfig(cache_dtype="int2"), **args)
+
+
+def test_tile_format_pages_in_the_engine_config(registered, tmp_path, monkeypatch):
+    """APHRODITE_INT2KV_FORMAT=tiles through the engine's own KV config (Qwen3-8B-like heads, 32K):
+    int2 pages of two 64-token tiles (93 B per token and head), the window in pages of 16 tokens
+    padded to the int2 page (93 B per token divides no 512-B window token), so the engine groups
+    them (one page size), hits prefixes every 128 tokens, and its capacity arithmetic gives ~5x
+    bf16 with the window counted (5.50x for the records alone)."""
+    from aphrodite.config import set_current_aphrodite_config
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
+    from aphrodite.v1.kv_cache_interface import FullAttentionSpec
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+    from aphrodite_int2kv.engine.window import Int2WindowSpec
+    from aphrodite_int2kv.int2.tile_format import TileLayout
+
+    monkeypatch.setenv("APHRODITE_INT2KV_FORMAT", "tiles")
+    monkeypatch.delenv("APHRODITE_INT2KV_RECENT_WINDOW", raising=False)
+    model = _dense_long_dir(tmp_path)
+    cfg = EngineArgs(model=model, kv_cache_dtype="int2", max_model_len=32768, skip_tokenizer_init=True,
+                     enable_prefix_caching=True).create_engine_config()
+    with set_current_aphrodite_config(cfg):
+        block = Int2AttentionBackend.get_preferred_block_size(16)
+    assert block == 128
+    cfg.cache_config.block_size = block
+    _build_int2_layers(cfg, 4)
+    specs = _engine_specs(cfg)
+    int2 = specs["model.layers.0.self_attn.attn"]
+    w = specs["model.layers.0.self_attn.attn.int2_window"]
+    assert int2.page_size_bytes == 128 * 93 * 8 == 128 * TileLayout(128, 64).token_bytes * 8
+    assert isinstance(w, Int2WindowSpec) and w.block_size == 16 and w.page_size_bytes == int2.page_size_bytes
+    assert w.hit_alignment == 128
+    _resolve_layout(cfg)
+    mem = 8 << 30
+    (conf,) = get_kv_cache_configs(cfg, [specs], [mem])
+    assert sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups) == [16, 128]
+    tokens = get_max_concurrency_for_kv_cache_config(cfg, conf) * 32768
+    bf16_cfg = EngineArgs(model=model, max_model_len=32768, skip_tokenizer_init=True).create_engine_config()
+    bf16_specs = {n: FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
+                  for n in specs if not n.endswith(".int2_window")}
+    _resolve_layout(bf16_cfg)
+    (bconf,) = get_kv_cache_configs(bf16_cfg, [bf16_specs], [mem])
+    ratio = tokens / (get_max_concurrency_for_kv_cache_config(bf16_cfg, bconf) * 32768)
+    # 256 int2 pages at 32K; the window: 2 x 9 pages of 16 tokens + 8 for a hit point
+    assert w.max_admission_blocks_per_request(2048, 32768) == 26
+    assert ratio == pytest.approx(TileLayout(128, 64).ratio_vs() * 256 / (256 + 26), rel=0.01), ratio
+    assert ratio >= 4.95, ratio

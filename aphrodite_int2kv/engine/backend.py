@@ -48,12 +48,13 @@ def _page_multiple() -> int:
         head = cfg.model_config.get_head_size() if cfg and cfg.model_config else None
     except Exception:
         head = None
+    if opts.tiles:
+        return TILE     # pages of whole tiles; the window's pages are padded to the int2 page
     if not opts.recent_window or head not in HEAD_DIMS:
-        return math.lcm(16, TILE) if opts.tiles else 16
+        return 16
     from aphrodite_int2kv.engine.window import window_page_multiple
 
-    unit = math.lcm(16, window_page_multiple(head, slot_bytes_for(head, opts)))
-    return math.lcm(unit, TILE) if opts.tiles else unit
+    return math.lcm(16, window_page_multiple(head, slot_bytes_for(head, opts)))
 
 
 class Int2AttentionBackend(AttentionBackend):
@@ -97,10 +98,9 @@ class Int2AttentionBackend(AttentionBackend):
             hybrid = False
         opts = options()
         if opts.tiles and not hybrid:
-            # pages of whole tiles and whole window tokens: 512 tokens at head_dim 128 (93 B per
-            # token and head; the window's page then holds 93 bf16 tokens)
-            unit = _page_multiple()
-            return -(-max(unit, default_block_size) // unit) * unit
+            # two tiles: prefix-hit points every 128 tokens, the window in pages of 16 tokens
+            # padded to the int2 page (11,904 B per head at head_dim 128, 23.25 bf16 tokens)
+            return -(-max(128, default_block_size) // TILE) * TILE
         if opts.recent_window and not hybrid:
             return max(128, default_block_size)
         return max(16, default_block_size)

@@ -47,9 +47,16 @@ def window_page_multiple(head_size: int, slot_bytes: int, dtype_size: int = 2) -
     return den // math.gcd(slot_bytes, den)
 
 
-def window_block_size(int2_block_size: int, head_size: int, slot_bytes: int, dtype_size: int = 2) -> int:
-    """Tokens per window page such that the page has the int2 page's bytes."""
+def window_block_size(int2_block_size: int, head_size: int, slot_bytes: int, dtype_size: int = 2,
+                      padded: bool = False) -> int:
+    """Tokens per window page such that the page has the int2 page's bytes. padded (the tile
+    format, whose 93 B per token at head_dim 128 divide no window token): the largest divisor of
+    the int2 block that fits the page, the rest of the page left as padding, so that prefix-hit
+    points stay at multiples of the int2 block."""
     num, den = int2_block_size * slot_bytes, 2 * head_size * dtype_size
+    if padded:
+        fit = num // den
+        return max(d for d in range(1, min(fit, int2_block_size) + 1) if int2_block_size % d == 0)
     if num % den:
         unit = window_page_multiple(head_size, slot_bytes, dtype_size)
         raise Int2ConfigError(
@@ -157,10 +164,16 @@ class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
         dtype = aphrodite_config.model_config.dtype
         if dtype not in (torch.float16, torch.bfloat16):
             raise Int2ConfigError(f"int2 KV recent window: model dtype {dtype} is not float16/bfloat16")
-        block = window_block_size(aphrodite_config.cache_config.block_size, self.head_size, self.slot_bytes,
-                                  dtype.itemsize)
+        from aphrodite_int2kv.engine.options import options
+
+        int2_block = aphrodite_config.cache_config.block_size
+        padded = options().tiles
+        block = window_block_size(int2_block, self.head_size, self.slot_bytes, dtype.itemsize, padded=padded)
         common = dict(block_size=block, num_kv_heads=self.num_kv_heads, head_size=self.head_size,
                       dtype=dtype, sliding_window=self.window)
+        int2_page = int2_block * self.slot_bytes * self.num_kv_heads
+        if padded and int2_page != block * self.num_kv_heads * 2 * self.head_size * dtype.itemsize:
+            common["page_size_padded"] = int2_page        # the int2 page's bytes; the engine strides by it
         if not window_budget_managed():
             return SlidingWindowSpec(**common)
         cache = aphrodite_config.cache_config
