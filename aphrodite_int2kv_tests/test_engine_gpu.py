@@ -51,6 +51,8 @@ spy(B.Int2AttentionImpl, "forward", "int2_forward")
 from aphrodite import LLM, SamplingParams
 from aphrodite.inputs import TokensPrompt
 spec = json.loads(sys.argv[1])
+if spec.get("format"):
+    os.environ["APHRODITE_INT2KV_FORMAT"] = spec["format"]
 kw = dict(model=spec["model"], load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16", seed=0,
           kv_cache_dtype="int2", enforce_eager=spec["eager"], enable_prefix_caching=spec["prefix"],
           gpu_memory_utilization=0.2, kv_cache_memory_bytes=2 << 30, max_model_len=2048, max_num_seqs=16)
@@ -88,11 +90,13 @@ def _hybrid(tmp_path):
     return str(tmp_path)
 
 
-@pytest.mark.parametrize("model,eager,prefix", [
-    ("dense", True, False), ("dense", False, False), ("dense", False, True), ("hybrid", False, False)])
-def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eager, prefix):
+@pytest.mark.parametrize("model,eager,prefix,fmt", [
+    ("dense", True, False, "tokens"), ("dense", False, False, "tokens"), ("dense", False, True, "tokens"),
+    ("hybrid", False, False, "tokens"), ("dense", True, False, "tiles"), ("dense", False, True, "tiles"),
+    ("hybrid", False, False, "tiles")])
+def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eager, prefix, fmt):
     path = _dense(tmp_path) if model == "dense" else _hybrid(tmp_path)
-    spec = dict(model=path, eager=eager, prefix=prefix, hybrid=model == "hybrid")
+    spec = dict(model=path, eager=eager, prefix=prefix, hybrid=model == "hybrid", format=fmt)
     res = run_python(CHILD.replace("sys.argv[1]", repr(json.dumps(spec))), timeout=420)
     line = next((l for l in res.stdout.splitlines() if l.startswith("RESULT ")), None)
     assert line, res.stdout[-3000:] + res.stderr[-6000:]
@@ -105,6 +109,7 @@ def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eage
     if not eager:
         assert calls.get("cudagraph_capture", 0) > 0, calls      # the capture path ran
     assert "int2 KV cache active" in res.stdout + res.stderr
+    assert ("format=tiles" in res.stdout + res.stderr) == (fmt == "tiles")
     # the same prompt again (alone, and a prefix-cache hit where caching is on) decodes the same
     # tokens for the first steps; dummy weights give near-flat logits, so only a prefix is compared
     assert got["again"][:4] == got["first"][:4], got
@@ -127,6 +132,8 @@ Scheduler._preempt_request = spy_preempt
 from aphrodite import LLM, SamplingParams
 from aphrodite.inputs import TokensPrompt
 spec = json.loads(sys.argv[1])
+if spec.get("format"):
+    os.environ["APHRODITE_INT2KV_FORMAT"] = spec["format"]
 llm = LLM(model=spec["model"], skip_tokenizer_init=True, dtype="bfloat16", seed=0, kv_cache_dtype="int2",
           enforce_eager=False, enable_prefix_caching=True, gpu_memory_utilization=0.2, kv_cache_memory_bytes=1 << 30,
           max_model_len=2048,
@@ -168,7 +175,8 @@ def _agree_where_decided(ref: dict, other: dict, margin: float = 1.0) -> int:
     return n
 
 
-def test_smollm2_int2_output_alone_equals_batch_preemption_and_prefix_hit(tmp_path):
+@pytest.mark.parametrize("fmt", ["tokens", "tiles"])
+def test_smollm2_int2_output_alone_equals_batch_preemption_and_prefix_hit(tmp_path, fmt):
     """The real SmolLM2-135M (peaked logits, unlike the dummy models above), int2 with CUDA graphs and
     prefix caching: each request's greedy output alone equals its output in a batch that outgrows a
     small pool (the scheduler preempts and recomputes) and, for a prompt seen before, the output of
@@ -180,13 +188,13 @@ def test_smollm2_int2_output_alone_equals_batch_preemption_and_prefix_hit(tmp_pa
     # short prompts, long outputs: the running requests outgrow the pool while they decode; the
     # first prompt spans whole pages of 128 tokens, so that running it again hits the prefix cache
     prompts = [ids[:520]] + [ids[i * 700: i * 700 + 120 + 24 * (i % 4)] for i in range(1, 12)]
-    spec = dict(model=str(tmp_path / "smollm2"), prompts=prompts, max_tokens=320, blocks=64)
+    spec = dict(model=str(tmp_path / "smollm2"), prompts=prompts, max_tokens=320, blocks=64, format=fmt)
     res = run_python(SMOLLM2_CHILD.replace("sys.argv[1]", repr(json.dumps(spec))), timeout=420)
     line = next((l for l in res.stdout.splitlines() if l.startswith("RESULT ")), None)
     assert line, res.stdout[-3000:] + res.stderr[-6000:]
     got = json.loads(line[len("RESULT "):])
     if os.environ.get("INT2KV_TEST_ARTIFACTS"):     # the outputs, for the GPU record's reader
-        with open(os.path.join(os.environ["INT2KV_TEST_ARTIFACTS"], "smollm2_outputs.json"), "w") as f:
+        with open(os.path.join(os.environ["INT2KV_TEST_ARTIFACTS"], f"smollm2_outputs_{fmt}.json"), "w") as f:
             json.dump(got, f)
     assert "int2 KV cache active" in res.stdout + res.stderr
     assert got["preempted_alone"] == 0, "a request alone must fit the pool"

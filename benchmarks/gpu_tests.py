@@ -26,6 +26,7 @@ import time
 import xml.etree.ElementTree as ET
 
 DEFAULT_TESTS = ["aphrodite_int2kv_tests/test_kernels.py", "aphrodite_int2kv_tests/test_tile_store.py",
+                 "aphrodite_int2kv_tests/test_tile_attention.py",
                  "aphrodite_int2kv_tests/test_engine_gpu.py",
                  # register() asks nothing of CUDA, shown where torch has CUDA
                  "aphrodite_int2kv_tests/test_plugin_install.py::test_register_touches_no_cuda"]

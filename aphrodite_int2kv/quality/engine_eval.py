@@ -24,6 +24,7 @@ CONFIGS = {
     "bf16": ("auto", {}),
     "int2": ("int2", {}),
     "int2-no-window": ("int2", {"APHRODITE_INT2KV_RECENT_WINDOW": "0"}),
+    "int2-tiles": ("int2", {"APHRODITE_INT2KV_FORMAT": "tiles"}),
     "fp8": ("fp8", {}),
 }
 
