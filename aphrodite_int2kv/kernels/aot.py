@@ -212,9 +212,11 @@ def engine_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list[Laun
 
 
 def tile_format_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list[Launch]:
-    """The channel-tile format's kernels (not yet planned by the engine): the store and the first
-    decode, at tiles of 32 and 64 tokens (`--tile-format`)."""
-    from aphrodite_int2kv.int2.tile_format import TILES, TileLayout
+    """The channel-tile format's kernels: the store and the first decode at tiles of 32 and 64
+    tokens, and the attention the engine runs (FORMAT=tiles: tiles of 64) for decodes and prefills
+    (`--tile-format`)."""
+    from aphrodite_int2kv.int2.tile_format import TILES, TilePages, TileLayout
+    from aphrodite_int2kv.kernels.tile_attention import tile_attention
     from aphrodite_int2kv.kernels.tile_decode import tile_decode
     from aphrodite_int2kv.kernels.tile_store import tile_store
 
@@ -230,6 +232,18 @@ def tile_format_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list
                             torch.zeros(2, dtype=torch.int32), layout, 0.1, sinks=4)
             for launch in caught:
                 launch.label = f"D{D} tile {T}"
+            found.extend(caught)
+        layout = TileLayout(D, 64)
+        pages = TilePages.of_cache(torch.zeros(4, 2, 128, layout.token_bytes, dtype=torch.uint8).transpose(1, 2), layout)
+        q, kv = torch.zeros(64, 8, D, dtype=torch.bfloat16), torch.zeros(64, 2, D, dtype=torch.bfloat16)
+        win = torch.zeros(8, 16, 2, D, dtype=torch.bfloat16)
+        table = torch.zeros(2, 4, dtype=torch.int32)
+        for name, q_len in (("decode", 1), ("prefill", 64)):
+            with recorded_launches() as caught:
+                tile_attention(q[:q_len], kv[:q_len], kv[:q_len], pages, table[:1], torch.tensor([0, q_len], dtype=torch.int32),
+                               torch.tensor([q_len + 500], dtype=torch.int32), q_len, 0.1, (win, win, table[:1], 128))
+            for launch in caught:
+                launch.label = f"D{D} tile 64 attention {name}"
             found.extend(caught)
     return found
 

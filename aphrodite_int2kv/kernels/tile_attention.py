@@ -194,7 +194,9 @@ def tile_attention(q_rot, k_rot, v_rot, pages: TilePages, block_table, query_sta
     B = seq_lens.shape[0]
     if N == 0 or B == 0:
         return out
-    block_m = block_m or (16 if max_query_len <= 16 else 64)
+    # prefill rows: 64 at head_dim 64, 32 above (64 rows spill at 128 and need 105 KB of shared
+    # memory at 256, over the 99 KB of RTX parts: `python -m aphrodite_int2kv.kernels.aot --tile-format`)
+    block_m = block_m or (16 if max_query_len <= 16 else 64 if D <= 64 else 32)
     grid = (triton.cdiv(max_query_len, block_m), Hq, B)
     _tile_attention_kernel[grid](
         q_rot, q_rot.stride(0), q_rot.stride(1),
