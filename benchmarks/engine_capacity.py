@@ -118,6 +118,10 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
     for kv in engine_kv_dtypes():
         row = dict(kv_cache_dtype=kv, model=describe, context_len=engine.context, kv_gib=kv_gib, engine=engine.name,
                    device="CPU (arithmetic only)")
+        if kv == "int2":     # APHRODITE_INT2KV_FORMAT: which int2 format the row sized
+            from aphrodite_int2kv.engine.options import options
+
+            row["int2_format"] = options().format
         try:
             n, extra = sized(kv)
             row.update(kv_tokens=n, vs_bf16=round(n / bf16_tokens, 3), **extra)
@@ -164,7 +168,8 @@ def dense_sizer(engine: Engine):
         if kv == "int2":
             cfg = engine.int2_config(model, LAYERS)
             return round(engine.tokens(cfg, offline.engine_specs(cfg))), {
-                "note": "the engine default: G64 pages of 128 tokens and the 128-token bf16 recent window"}
+                "note": "the engine default: pages of 128 tokens (G64 slots, or two 64-token tiles with "
+                        "APHRODITE_INT2KV_FORMAT=tiles) and the 128-token bf16 recent window"}
         if kv.startswith("turboquant_"):
             specs, boundary = turboquant_specs(kv)
             return round(engine.tokens(engine.config(model), specs)), {
