@@ -158,10 +158,27 @@ def test_sliding_window_layers_are_refused_with_the_fix(registered):
     ({"APHRODITE_INT2KV_K_CENTER_SKIP": "four"}, "K_CENTER_SKIP='four' is not an integer"),
     ({"APHRODITE_INT2KV_RECENT_WINDOW": "-5"}, "RECENT_WINDOW=-5 must be between 0 .off. and 65536"),
     ({"APHRODITE_INT2KV_RECENT_WINDOW": "1k"}, "RECENT_WINDOW='1k' is not an integer"),
+    ({"APHRODITE_INT2KV_FORMAT": "tile"}, "FORMAT='tile' is not one of tokens, tiles"),
+    ({"APHRODITE_INT2KV_FORMAT": "tiles", "APHRODITE_INT2KV_GROUP_SIZE": "32"},
+     "GROUP_SIZE: setting.s. of the per-token format, which APHRODITE_INT2KV_FORMAT=tiles does not use"),
+    ({"APHRODITE_INT2KV_FORMAT": "tiles", "APHRODITE_INT2KV_RECENT_WINDOW": "32"},
+     "RECENT_WINDOW=32: APHRODITE_INT2KV_FORMAT=tiles keeps a tile's tokens in the recent window.*at least 64"),
 ])
 def test_option_errors_name_the_variable(env, match):
     with pytest.raises(Int2ConfigError, match=match):
         Int2Options.from_env(env)
+
+
+def test_tile_format_option():
+    """FORMAT=tiles: no K centering (the per-channel zeros take the offset), bytes per token of a
+    64-token tile record; the default stays the per-token format."""
+    from aphrodite_int2kv.engine.options import slot_bytes_for
+
+    t = Int2Options.from_env({"APHRODITE_INT2KV_FORMAT": " Tiles "})
+    assert t.tiles and (t.k_center_first, t.k_center_skip) == (0, 0)
+    assert [slot_bytes_for(d, t) for d in (64, 128, 256)] == [49, 93, 181]
+    assert "format=tiles" in t.describe(128)
+    assert not Int2Options.from_env({}).tiles and slot_bytes_for(128, Int2Options.from_env({})) == 80
 
 
 def test_options_defaults_and_values():
