@@ -340,6 +340,23 @@ def _dense_long_dir(tmp_path):
     return _heads_dir(tmp_path, 32, 8, 128, max_positions=32768)
 
 
+def _bf16_tokens(model, specs, mem, max_model_len, block_size=16):
+    """The tokens the engine's own KV config gives bf16 KV in `mem` bytes: one bf16 full-attention
+    spec (of the model's KV heads and head size) for every int2 layer of `specs`."""
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
+    from aphrodite.v1.kv_cache_interface import FullAttentionSpec
+
+    cfg = EngineArgs(model=model, max_model_len=max_model_len, skip_tokenizer_init=True).create_engine_config()
+    kv_heads = cfg.model_config.get_num_kv_heads(cfg.parallel_config)
+    bf16 = {n: FullAttentionSpec(block_size=block_size, num_kv_heads=kv_heads,
+                                 head_size=cfg.model_config.get_head_size(), dtype=torch.bfloat16)
+            for n in specs if not n.endswith(".int2_window")}
+    _resolve_layout(cfg)
+    (conf,) = get_kv_cache_configs(cfg, [bf16], [mem])
+    return get_max_concurrency_for_kv_cache_config(cfg, conf) * max_model_len
+
+
 def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(registered, tmp_path, monkeypatch):
     """Each int2 layer gets a full-precision companion whose spec is a SlidingWindowSpec(R) with a
     page of exactly the int2 page's bytes; the engine's own grouping puts the windows in their own
@@ -349,7 +366,7 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     from aphrodite.config import set_current_aphrodite_config
     from aphrodite.engine.arg_utils import EngineArgs
     from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
-    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
+    from aphrodite.v1.kv_cache_interface import SlidingWindowSpec
 
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
 
@@ -374,14 +391,7 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     (conf,) = get_kv_cache_configs(cfg, [specs], [mem])
     assert sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups) == [20, 128]
     int2_tokens = get_max_concurrency_for_kv_cache_config(cfg, conf) * 32768
-
-    bf16_cfg = EngineArgs(model=model, max_model_len=32768, skip_tokenizer_init=True).create_engine_config()
-    bf16_specs = {n: FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
-                  for n in specs if not n.endswith(".int2_window")}
-    _resolve_layout(bf16_cfg)
-    (bconf,) = get_kv_cache_configs(bf16_cfg, [bf16_specs], [mem])
-    bf16_tokens = get_max_concurrency_for_kv_cache_config(bf16_cfg, bconf) * 32768
-    ratio = int2_tokens / bf16_tokens
+    ratio = int2_tokens / _bf16_tokens(model, specs, mem, 32768)
     from aphrodite_int2kv.engine.window import window_budget_managed
 
     assert window_budget_managed()   # our window manager on 0.21-0.23 and 0.24
@@ -812,7 +822,6 @@ def test_tile_format_pages_in_the_engine_config(registered, tmp_path, monkeypatc
     from aphrodite.config import set_current_aphrodite_config
     from aphrodite.engine.arg_utils import EngineArgs
     from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
-    from aphrodite.v1.kv_cache_interface import FullAttentionSpec
 
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
     from aphrodite_int2kv.engine.window import Int2WindowSpec
@@ -839,12 +848,7 @@ def test_tile_format_pages_in_the_engine_config(registered, tmp_path, monkeypatc
     (conf,) = get_kv_cache_configs(cfg, [specs], [mem])
     assert sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups) == [16, 128]
     tokens = get_max_concurrency_for_kv_cache_config(cfg, conf) * 32768
-    bf16_cfg = EngineArgs(model=model, max_model_len=32768, skip_tokenizer_init=True).create_engine_config()
-    bf16_specs = {n: FullAttentionSpec(block_size=16, num_kv_heads=8, head_size=128, dtype=torch.bfloat16)
-                  for n in specs if not n.endswith(".int2_window")}
-    _resolve_layout(bf16_cfg)
-    (bconf,) = get_kv_cache_configs(bf16_cfg, [bf16_specs], [mem])
-    ratio = tokens / (get_max_concurrency_for_kv_cache_config(bf16_cfg, bconf) * 32768)
+    ratio = tokens / _bf16_tokens(model, specs, mem, 32768)
     # 256 int2 pages at 32K; the window: 2 x 9 pages of 16 tokens + 8 for a hit point
     assert w.max_admission_blocks_per_request(2048, 32768) == 26
     assert ratio == pytest.approx(TileLayout(128, 64).ratio_vs() * 256 / (256 + 26), rel=0.01), ratio

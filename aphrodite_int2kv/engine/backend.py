@@ -361,8 +361,9 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                                   ". Use another kv-cache dtype, or list these layers in "
                                   "kv_cache_dtype_skip_layers.")
         self.opts = options()
-        self.layout = SlotLayout(head_size, self.opts.group_for(head_size))
+        # one of the two formats: per-token slots (layout) or channel-tile records (tiles)
         self.tiles = TileLayout(head_size, TILE) if self.opts.tiles else None
+        self.layout = None if self.tiles is not None else SlotLayout(head_size, self.opts.group_for(head_size))
         self.num_heads, self.num_kv_heads, self.head_size = num_heads, num_kv_heads, head_size
         self.scale = float(scale)
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name

@@ -517,3 +517,29 @@ def chunk_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, rows, end, k_ba
         acc2 = acc2 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 2 * W, mask=kmask[:, None], other=0.0).to(DOT))
         acc3 = acc3 * alpha[:, None] + tl.dot(pd, tl.load(v_rows + 3 * W, mask=kmask[:, None], other=0.0).to(DOT))
     return m_i, l_i, acc0, acc1, acc2, acc3
+
+
+@triton.jit
+def chunk_queries(q_ptr, q_start, rows, rmask, q_head, stride_qt, stride_qh, W: tl.constexpr, DOT: tl.constexpr):
+    """The four channel quarters [ROWS, W] of a chunk's query rows (`rows`: positions within the
+    chunk, which starts at token q_start) of one query head; masked rows are 0."""
+    q_rows = q_ptr + (q_start + rows)[:, None] * stride_qt + q_head * stride_qh + tl.arange(0, W)[None, :]
+    q0 = tl.load(q_rows + 0 * W, mask=rmask[:, None], other=0.0).to(DOT)
+    q1 = tl.load(q_rows + 1 * W, mask=rmask[:, None], other=0.0).to(DOT)
+    q2 = tl.load(q_rows + 2 * W, mask=rmask[:, None], other=0.0).to(DOT)
+    q3 = tl.load(q_rows + 3 * W, mask=rmask[:, None], other=0.0).to(DOT)
+    return q0, q1, q2, q3
+
+
+@triton.jit
+def store_chunk_rows(out_ptr, q_start, rows, rmask, q_head, stride_ot, stride_oh, l_i, acc0, acc1, acc2, acc3,
+                     W: tl.constexpr):
+    """Normalise the accumulators by the softmax sums and store the chunk's output rows (the layout
+    of chunk_queries); a row that saw no key (l = 0) stores 0."""
+    inv_l = 1.0 / tl.where(l_i > 0, l_i, 1.0)
+    o_rows = out_ptr + (q_start + rows)[:, None] * stride_ot + q_head * stride_oh + tl.arange(0, W)[None, :]
+    ty = out_ptr.dtype.element_ty
+    tl.store(o_rows + 0 * W, (acc0 * inv_l[:, None]).to(ty), mask=rmask[:, None])
+    tl.store(o_rows + 1 * W, (acc1 * inv_l[:, None]).to(ty), mask=rmask[:, None])
+    tl.store(o_rows + 2 * W, (acc2 * inv_l[:, None]).to(ty), mask=rmask[:, None])
+    tl.store(o_rows + 3 * W, (acc3 * inv_l[:, None]).to(ty), mask=rmask[:, None])

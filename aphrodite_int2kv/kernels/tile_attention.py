@@ -21,8 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
-from aphrodite_int2kv.int2.tile_format import TileLayout, TilePages
-from aphrodite_int2kv.kernels.common import LOG2E, chunk_span, empty_state, softmax_step, window_span
+from aphrodite_int2kv.int2.tile_format import TilePages
+from aphrodite_int2kv.kernels.common import (LOG2E, chunk_queries, chunk_span, empty_state, softmax_step,
+                                             store_chunk_rows, window_span)
 from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype
 from aphrodite_int2kv.kernels.tile_decode import _e4m3_value
 
@@ -140,12 +141,7 @@ def _tile_attention_kernel(
 
     rows = q_block * BLOCK_M + tl.arange(0, BLOCK_M)          # position within the chunk
     rmask = rows < q_len
-    cols = tl.arange(0, W)
-    q_rows = q_ptr + (q_start + rows)[:, None] * stride_qt + q_head * stride_qh + cols[None, :]
-    q0 = tl.load(q_rows + 0 * W, mask=rmask[:, None], other=0.0).to(DOT)
-    q1 = tl.load(q_rows + 1 * W, mask=rmask[:, None], other=0.0).to(DOT)
-    q2 = tl.load(q_rows + 2 * W, mask=rmask[:, None], other=0.0).to(DOT)
-    q3 = tl.load(q_rows + 3 * W, mask=rmask[:, None], other=0.0).to(DOT)
+    q0, q1, q2, q3 = chunk_queries(q_ptr, q_start, rows, rmask, q_head, stride_qt, stride_qh, W, DOT)
     m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_M, W)
 
     # The prefix: tiles up to the window of the chunk's first token, its last WINDOW - 1 tokens
@@ -165,13 +161,7 @@ def _tile_attention_kernel(
         k_ptr + q_start * stride_kt + kv_head * stride_kh, v_ptr + q_start * stride_vt + kv_head * stride_vh,
         stride_kt, stride_vt, qk_scale, BLOCK_N, W, DOT)
 
-    inv_l = 1.0 / tl.where(l_i > 0, l_i, 1.0)
-    o_rows = out_ptr + (q_start + rows)[:, None] * stride_ot + q_head * stride_oh + cols[None, :]
-    ty = out_ptr.dtype.element_ty
-    tl.store(o_rows + 0 * W, (acc0 * inv_l[:, None]).to(ty), mask=rmask[:, None])
-    tl.store(o_rows + 1 * W, (acc1 * inv_l[:, None]).to(ty), mask=rmask[:, None])
-    tl.store(o_rows + 2 * W, (acc2 * inv_l[:, None]).to(ty), mask=rmask[:, None])
-    tl.store(o_rows + 3 * W, (acc3 * inv_l[:, None]).to(ty), mask=rmask[:, None])
+    store_chunk_rows(out_ptr, q_start, rows, rmask, q_head, stride_ot, stride_oh, l_i, acc0, acc1, acc2, acc3, W)
 
 
 def tile_attention(q_rot, k_rot, v_rot, pages: TilePages, block_table, query_start_loc, seq_lens,
