@@ -765,6 +765,48 @@ def test_hybrid_ring_window_keeps_5x(registered, tmp_path, monkeypatch, ctx, rin
     assert not _engine_specs(cfg)[next(n for n in specs if n.endswith(".int2_window"))].ring
 
 
+@pytest.mark.parametrize("ctx, fitted", [(32768, 2368), (131072, 2304)])
+def test_hybrid_page_fitted_to_max_model_len(registered, tmp_path, monkeypatch, ctx, fitted):
+    """FORMAT=tiles on hybrid27b's shapes (Qwen3.5-27B: 16 attention layers with 4 KV heads of 256,
+    48 GDN layers), prefix caching off. Upstream's alignment gives the smallest int2 page that
+    holds a GDN state, 2,304 tokens; at 32K a request would hold 15 of them, the last 22 % full.
+    The page is fitted to max_model_len: 14 pages of 2,368 tokens (+ 3 GDN and 1 window pages per
+    attention layer: 18 x 2,368 < 19 x 2,304 tokens' bytes), the GDN state padded to it, and the
+    engine's own capacity arithmetic gives >= 4.5x bf16 (4.39x unfitted). At 128K the smallest page
+    already fits (57 pages, 99.8 % full) and stays. A block size the user gives is kept."""
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
+
+    from aphrodite_int2kv.engine import offline
+    from aphrodite_int2kv.int2.tile_format import TileLayout
+
+    monkeypatch.setenv("APHRODITE_INT2KV_FORMAT", "tiles")
+    monkeypatch.delenv("APHRODITE_INT2KV_RECENT_WINDOW", raising=False)
+    model = offline.hybrid27b_dir(tmp_path, ctx)
+
+    def tokens(kv, **kw):
+        cfg = EngineArgs(model=model, max_model_len=ctx, skip_tokenizer_init=True, enable_prefix_caching=False,
+                         **({} if kv == "auto" else {"kv_cache_dtype": kv}), **kw).create_engine_config()
+        specs = offline.hybrid_specs(cfg, kv)
+        _resolve_layout(cfg)
+        (conf,) = get_kv_cache_configs(cfg, [specs], [64 << 30])
+        return get_max_concurrency_for_kv_cache_config(cfg, conf) * ctx, cfg.cache_config
+
+    int2, cc = tokens("int2")
+    assert cc.block_size == fitted and cc.mamba_page_size_padded == fitted * TileLayout(256, 64).token_bytes * 4
+    bf16, bcc = tokens("auto")
+    assert bcc.block_size == 400            # bf16's page is upstream's, unfitted
+    per_request = (-(-ctx // fitted) + 3 + 1) * fitted * TileLayout(256, 64).token_bytes
+    bf16_request = (-(-ctx // 400) + 3) * 400 * 2 * 256 * 2
+    assert int2 / bf16 == pytest.approx(bf16_request / per_request, rel=0.01)
+    if ctx == 32768:
+        assert int2 / bf16 >= 4.5, int2 / bf16
+        unfitted = (15 + 3 + 1) * 2304 * TileLayout(256, 64).token_bytes
+        assert per_request < unfitted
+    _, given = tokens("int2", block_size=2304)
+    assert given.block_size == 2304
+
+
 def test_hybrid_prefix_caching_with_the_window_fails_with_the_fix(registered, tmp_path, monkeypatch):
     """0.21 cannot hash a hybrid's prefixes once the window adds a smaller page (its coordinator
     asserts at start-up, seen on the H200): the window's spec refuses it first, naming the flag,

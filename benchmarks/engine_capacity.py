@@ -33,7 +33,7 @@ import sys
 import tempfile
 
 os.environ.setdefault("APHRODITE_TARGET_DEVICE", "cpu")
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # the test helpers build int2 layers
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))   # the package of this tree, installed or not
 
 LAYERS, HEADS, KV_HEADS, HEAD_DIM = 36, 32, 8, 128
 OUT = {"dtypes": "benchmarks/results/dtype_capacity_cpu.json", "window": "benchmarks/results/window_capacity_cpu.json"}
@@ -181,64 +181,24 @@ def dense_sizer(engine: Engine):
     return f"dense8b shapes ({LAYERS} layers, {HEADS} q / {KV_HEADS} KV heads, head_dim {HEAD_DIM})", sized
 
 
-HYBRID_LAYERS, HYBRID_ATTN, HYBRID_HEADS, HYBRID_KV_HEADS, HYBRID_HEAD_DIM = 64, 16, 24, 4, 256
-
-
-def hybrid_dir(path: pathlib.Path, context: int) -> str:
-    """A Qwen3-Next config with hybrid27b's attention and Gated DeltaNet shapes (the KV cache does
-    not depend on the hidden size or the experts, kept small)."""
-    from transformers import Qwen3NextConfig
-
-    Qwen3NextConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=HYBRID_LAYERS,
-                    num_attention_heads=HYBRID_HEADS, num_key_value_heads=HYBRID_KV_HEADS, head_dim=HYBRID_HEAD_DIM,
-                    linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
-                    linear_num_key_heads=16, linear_num_value_heads=48, num_experts=4, num_experts_per_tok=2,
-                    moe_intermediate_size=64, shared_expert_intermediate_size=64, decoder_sparse_step=1,
-                    mlp_only_layers=[], layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 16,
-                    max_position_embeddings=max(context, 4096), torch_dtype="bfloat16").save_pretrained(path)
-    return str(path)
 
 
 def hybrid_sizer(engine: Engine):
     """dense_sizer for the hybrid: the attention page aligned to the GDN state page by the engine."""
-    import torch
-    from aphrodite.model_executor.models import ModelRegistry
-    from aphrodite.platforms.interface import Platform
-    from aphrodite.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
-    from aphrodite.v1.attention.backends.triton_attn import TritonAttentionBackend
-    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, get_kv_quant_mode
-
     from aphrodite_int2kv.engine import offline
-    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
 
-    model = hybrid_dir(pathlib.Path(tempfile.mkdtemp()), engine.context)
+    model = offline.hybrid27b_dir(pathlib.Path(tempfile.mkdtemp()), engine.context)
 
     def sized(kv):
         cfg = engine.config(model, enable_prefix_caching=False, **({} if kv == "auto" else {"kv_cache_dtype": kv}))
-        cfg.cache_config.block_size = 16        # the CUDA platform's default, which the alignment starts from
-        Platform._align_hybrid_block_size(cfg, Int2AttentionBackend if kv == "int2" else TritonAttentionBackend)
-        cc = cfg.cache_config
+        specs = offline.hybrid_specs(cfg, kv)
+        extra = {"attention_block_size": cfg.cache_config.block_size}
         if kv == "int2":
-            offline.build_int2_layers(cfg, HYBRID_ATTN)
-            attn = offline.engine_specs(cfg)
-        else:
-            dtype = torch.bfloat16 if kv == "auto" else STR_DTYPE_TO_TORCH_DTYPE[kv]
-            attn = {f"model.layers.{4 * i + 3}.self_attn.attn": FullAttentionSpec(
-                block_size=cc.block_size, num_kv_heads=HYBRID_KV_HEADS, head_size=HYBRID_HEAD_DIM,
-                head_size_v=HYBRID_HEAD_DIM, dtype=dtype, kv_quant_mode=get_kv_quant_mode(kv))
-                for i in range(HYBRID_ATTN)}
-        model_cls, _ = ModelRegistry.resolve_model_cls(cfg.model_config.architecture, model_config=cfg.model_config)
-        gdn = MambaSpec(block_size=engine.context, shapes=model_cls.get_mamba_state_shape_from_config(cfg),
-                        dtypes=model_cls.get_mamba_state_dtype_from_config(cfg),
-                        page_size_padded=cc.mamba_page_size_padded)
-        specs = dict(attn, **{f"model.layers.{4 * i + j}.linear_attn": gdn for i in range(16) for j in range(3)})
-        extra = {"attention_block_size": cc.block_size}
-        if kv == "int2":
-            extra["note"] = "the engine default: int2 pages, the recent window's companions, prefix caching off"
+            extra["note"] = ("the engine default: int2 pages (fitted to max_model_len), the recent window's "
+                             "companions, prefix caching off")
         return round(engine.tokens(cfg, specs)), extra
 
-    return (f"hybrid27b shapes ({HYBRID_LAYERS} layers: {HYBRID_ATTN} full attention with {HYBRID_HEADS} q / "
-            f"{HYBRID_KV_HEADS} KV heads of {HYBRID_HEAD_DIM}, 48 Gated DeltaNet)"), sized
+    return offline.HYBRID27B, sized
 
 
 def window_rows(engine: Engine) -> list[dict]:

@@ -62,3 +62,54 @@ def resolve_layout(cfg, backends=None):
         from aphrodite_int2kv.engine.backend import Int2AttentionBackend
 
         cfg.cache_config.kv_cache_layout = get_supported_kv_cache_layouts(backends or [Int2AttentionBackend])[0].name
+
+
+HYBRID27B = ("hybrid27b shapes (64 layers: 16 full attention with 24 q / 4 KV heads of 256, "
+             "48 Gated DeltaNet)")
+
+
+def hybrid27b_dir(path, max_positions):
+    """A Qwen3-Next config with Qwen3.5-27B's attention and Gated DeltaNet shapes (64 layers, 1 full
+    attention in 4: 24 q / 4 KV heads of 256; GDN with 16 key / 48 value heads of 128). The KV cache
+    does not depend on the hidden size or the experts, kept small."""
+    from transformers import Qwen3NextConfig
+
+    Qwen3NextConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=64,
+                    num_attention_heads=24, num_key_value_heads=4, head_dim=256,
+                    linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128,
+                    linear_num_key_heads=16, linear_num_value_heads=48, num_experts=4, num_experts_per_tok=2,
+                    moe_intermediate_size=64, shared_expert_intermediate_size=64, decoder_sparse_step=1,
+                    mlp_only_layers=[], layer_types=(["linear_attention"] * 3 + ["full_attention"]) * 16,
+                    max_position_embeddings=max(max_positions, 4096), torch_dtype="bfloat16").save_pretrained(path)
+    return str(path)
+
+
+def hybrid_specs(cfg, kv):
+    """The KV specs of a hybrid27b_dir model in `cfg` with KV dtype `kv` ("auto" = bf16), as the CUDA
+    platform configures it: the block size from 16 up through the engine's _align_hybrid_block_size
+    (Triton's alignment for other dtypes, int2's backend for int2), the 16 attention layers (ours, with
+    the recent window's companions, for int2), the 48 GDN states padded to the attention page."""
+    import torch
+    from aphrodite.model_executor.models import ModelRegistry
+    from aphrodite.platforms.interface import Platform
+    from aphrodite.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
+    from aphrodite.v1.attention.backends.triton_attn import TritonAttentionBackend
+    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, MambaSpec, get_kv_quant_mode
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+
+    cfg.cache_config.block_size = 16        # the CUDA platform's default, which the alignment starts from
+    Platform._align_hybrid_block_size(cfg, Int2AttentionBackend if kv == "int2" else TritonAttentionBackend)
+    cc = cfg.cache_config
+    if kv == "int2":
+        build_int2_layers(cfg, 16)
+        attn = engine_specs(cfg)
+    else:
+        dtype = torch.bfloat16 if kv == "auto" else STR_DTYPE_TO_TORCH_DTYPE[kv]
+        attn = {f"model.layers.{4 * i + 3}.self_attn.attn": FullAttentionSpec(
+            block_size=cc.block_size, num_kv_heads=4, head_size=256, head_size_v=256, dtype=dtype,
+            kv_quant_mode=get_kv_quant_mode(kv)) for i in range(16)}
+    model_cls, _ = ModelRegistry.resolve_model_cls(cfg.model_config.architecture, model_config=cfg.model_config)
+    gdn = MambaSpec(block_size=cfg.model_config.max_model_len, shapes=model_cls.get_mamba_state_shape_from_config(cfg),
+                    dtypes=model_cls.get_mamba_state_dtype_from_config(cfg), page_size_padded=cc.mamba_page_size_padded)
+    return dict(attn, **{f"model.layers.{4 * i + j}.linear_attn": gdn for i in range(16) for j in range(3)})

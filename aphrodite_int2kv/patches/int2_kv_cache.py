@@ -12,8 +12,11 @@ How (each step probes before it changes anything; every wrapper carries the plug
     C. Shape-based KV API (0.21-0.23, detected by `TQFullAttentionSpec`): int2 layers report a
        `TQFullAttentionSpec` whose slot size is the int2 slot; the layout-based API (0.24) asks
        the backend's `customize_spec` instead and needs nothing here.
-    D. Hybrid (GDN/Mamba) page alignment on the shape-based API: `_align_hybrid_block_size` runs
-       upstream's algorithm with int2's real bytes per token, so the saving becomes capacity.
+    D. Hybrid (GDN/Mamba) page alignment: `_align_hybrid_block_size` runs upstream's algorithm
+       with int2's real bytes per token (shape-based API; 0.24 asks the backend), so the saving
+       becomes capacity; then, with prefix caching off and no block size given, it takes the page
+       that serves a max_model_len request in the fewest bytes (`fitted_hybrid_block`): int2 pages
+       are so few per request (15 at 32K) that a part-filled last page costs up to 7 %.
     E. Recent window (both APIs): `Attention.__init__` of an int2 layer checks that it got our
        backend (else: a clear error, e.g. on a non-CUDA platform) and registers its
        full-precision sliding-window companion (`engine/window.py`) when
@@ -26,8 +29,8 @@ How (each step probes before it changes anything; every wrapper carries the plug
 Upstream PR:
     none (a new feature of this plugin).
 Remove when:
-    never for A-C while the plugin provides int2; D when the oldest supported engine sizes
-    attention pages through the backend (0.24 does).
+    never for A-C while the plugin provides int2; D's sizing when the oldest supported engine
+    sizes attention pages through the backend (0.24 does); D's fitting never.
 """
 
 from __future__ import annotations
@@ -147,6 +150,8 @@ def _hybrid_alignment() -> str:
     if is_ours(orig):
         return "hybrid-pages"
 
+    sizing = _attention_pages_sized_as_int2 if shape_based_kv_api() else contextlib.nullcontext
+
     @functools.wraps(orig)
     def _align_hybrid_block_size(cls, aphrodite_config, backend_cls):
         cache = aphrodite_config.cache_config
@@ -158,8 +163,18 @@ def _hybrid_alignment() -> str:
             raise Int2ConfigError("int2 KV on a hybrid (GDN/Mamba) model does not support "
                                   "kv_cache_dtype_skip_layers yet: all attention layers must share "
                                   "one page size; remove the skip list")
-        with _attention_pages_sized_as_int2():
-            return orig(cls, aphrodite_config, backend_cls)
+        with sizing():
+            out = orig(cls, aphrodite_config, backend_cls)
+            if getattr(cache, "mamba_cache_mode", "none") == "none" and not getattr(
+                    cache, "user_specified_block_size", False):
+                from aphrodite_int2kv.engine.backend import fitted_hybrid_block
+
+                fitted = fitted_hybrid_block(aphrodite_config, cache.block_size)
+                if fitted != cache.block_size:
+                    # upstream's algorithm again from the larger block: the GDN state page is padded to it
+                    cache.block_size = fitted
+                    out = orig(cls, aphrodite_config, backend_cls)
+        return out
 
     Platform._align_hybrid_block_size = classmethod(mark(_align_hybrid_block_size))
     return "hybrid-pages"
@@ -272,9 +287,9 @@ def apply() -> Outcome:
         done.append(_refuse_mla())
         if shape_based_kv_api():
             done.append(_kv_spec())
-            done.append(_hybrid_alignment())
         else:
             done.append("kv-spec via customize_spec (layout-based API)")
+        done.append(_hybrid_alignment())
     except Exception as exc:
         return Outcome(NAME, FAILED, f"after {done}: {type(exc).__name__}: {exc}", PR)
     return Outcome(NAME, APPLIED, ", ".join(done), PR)
