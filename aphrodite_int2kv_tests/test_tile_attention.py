@@ -11,6 +11,7 @@ import torch
 
 from aphrodite_int2kv.int2.tile_format import TileLayout, TilePages, decode_tile, encode_tile
 from aphrodite_int2kv.kernels.tile_attention import tile_attention
+from aphrodite_int2kv.kernels.tile_split_decode import tile_split_decode
 from aphrodite_int2kv.kernels.tile_store import tile_store
 from aphrodite_int2kv_tests.conftest import DEVICE
 
@@ -24,14 +25,13 @@ def _pages(nblocks, bs, H, layout):
     return raw.to(DEVICE).transpose(1, 2)
 
 
-@pytest.mark.parametrize("D,RATIO,R", [(64, 3, 64), (128, 2, 100)])
-def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R):
-    torch.manual_seed(D)
-    T, H, BS, WBS = 64, 2, 128, 16
-    Hq = H * RATIO
+def _tile_batch(D, RATIO, R, reqs, H=2, T=64, BS=128, WBS=16, seed=0):
+    """A batch in the engine's caches: the prefix's whole tiles stored as records (tile_store) in
+    pages several tiles long, the window pages holding each prefix's last R tokens. reqs: (prefix,
+    new tokens) per request. Returns the kernels' arguments and the K/V attention should read at
+    each position (records decoded, the window and the new tokens in full precision)."""
+    torch.manual_seed(seed)
     layout = TileLayout(D, T)
-    # (prefix, new tokens) per request: decodes first, then a chunk continuation and a prefill
-    reqs = [(T * 5 - 1, 1), (T * 3 + 17, 1), (40, 1), (T * 4 + 9, 70), (0, 150)]
     total = [p + n for p, n in reqs]
     nblocks = sum(-(-t // BS) for t in total) + 3
     cache = _pages(nblocks, BS, H, layout)
@@ -52,7 +52,7 @@ def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R):
 
     k_all = [torch.randn(t, H, D) * (1 + torch.rand(t, 1, 1) * 3) for t in total]
     v_all = [torch.randn(t, H, D) for t in total]
-    ref_k, ref_v = [], []                 # what attention should read at each position (prefix only)
+    ref_k, ref_v = [], []                 # what attention should read at each position
     for b, (prefix, new) in enumerate(reqs):
         k, v = k_all[b], v_all[b]
         rk, rv = k.clone(), v.clone()
@@ -75,13 +75,16 @@ def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R):
         ref_k.append(rk)
         ref_v.append(rv)
 
-    q = torch.randn(sum(n for _, n in reqs), Hq, D)
+    q = torch.randn(sum(n for _, n in reqs), H * RATIO, D)
     qsl = torch.tensor([0] + [n for _, n in reqs]).cumsum(0).int()
     k_new = torch.cat([k_all[b][p:] for b, (p, _) in enumerate(reqs)])
     v_new = torch.cat([v_all[b][p:] for b, (p, _) in enumerate(reqs)])
-    out = tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table.to(DEVICE),
-                         qsl.to(DEVICE), torch.tensor(total, dtype=torch.int32, device=DEVICE),
-                         max(n for _, n in reqs), D ** -0.5, (k_win.to(DEVICE), v_win.to(DEVICE), wtable.to(DEVICE), R))
+    window = (k_win.to(DEVICE), v_win.to(DEVICE), wtable.to(DEVICE), R)
+    seq_lens = torch.tensor(total, dtype=torch.int32, device=DEVICE)
+    return (q, k_new, v_new, pages, block_table.to(DEVICE), qsl, seq_lens, window), (ref_k, ref_v)
+
+
+def _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D):
     for b, (prefix, new) in enumerate(reqs):
         for i in range(new):
             pos = prefix + i
@@ -92,6 +95,37 @@ def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R):
             want = torch.einsum("ht,thd->hd", w, vv)
             got = out[qsl[b] + i].cpu()
             assert torch.allclose(got, want, atol=ATOL, rtol=0), (b, i, (got - want).abs().max())
+
+
+@pytest.mark.parametrize("D,RATIO,R", [(64, 3, 64), (128, 2, 100)])
+def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R):
+    T = 64
+    # (prefix, new tokens) per request: decodes first, then a chunk continuation and a prefill
+    reqs = [(T * 5 - 1, 1), (T * 3 + 17, 1), (40, 1), (T * 4 + 9, 70), (0, 150)]
+    (q, k_new, v_new, pages, block_table, qsl, seq_lens, window), (ref_k, ref_v) = _tile_batch(D, RATIO, R, reqs, seed=D)
+    out = tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
+                         seq_lens, max(n for _, n in reqs), D ** -0.5, window)
+    _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D)
+
+
+@pytest.mark.parametrize("D,RATIO,splits", [(64, 1, 1), (128, 3, 3), (128, 8, 2), (256, 20, 4)])
+def test_tile_split_decode_reads_tiles_window_and_token(D, RATIO, splits):
+    """The split decode (kernels/tile_split_decode.py): each KV head's records read once for its
+    group of query heads (20 heads: two head tiles, the second part-masked), shares of a sequence's
+    tiles over `splits` programs (more splits than tiles for the short ones: empty shares), the
+    window and the token itself in a last program, merged -- against the same reference as the
+    prefill kernel, and equal to tile_attention's decode."""
+    T, R = 64, 64
+    # decodes only: whole tiles, a tile and a bit, inside the window only, at a tile boundary
+    reqs = [(T * 7 - 1, 1), (T * 3 + 17, 1), (40, 1), (T * 2 + R - 1, 1), (T * 4, 1)]
+    (q, k_new, v_new, pages, block_table, qsl, seq_lens, window), (ref_k, ref_v) = _tile_batch(
+        D, RATIO, R, reqs, H=2 if RATIO < 20 else 1, seed=D + RATIO)
+    out = tile_split_decode(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, seq_lens, D ** -0.5,
+                      window, num_splits=splits)
+    _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D)
+    fused = tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
+                           seq_lens, 1, D ** -0.5, window)
+    assert torch.allclose(out, fused, atol=ATOL, rtol=0)
 
 
 def test_tile_pages_refuse_a_cache_that_is_not_whole_tiles_heads_first():

@@ -93,6 +93,47 @@ def window_pages(batch, max_len, num_kv_heads, head_dim, R, wbs=48, device="cuda
     return (k_win, torch.randn_like(k_win), table, R)
 
 
+def tiles_row(timer, args, B, S, Hq, Hkv, D, bf16, best, copy_gbps, env) -> dict:
+    """--format tiles: the channel-tile format's split decode (kernels/tile_split_decode.py) as the
+    engine launches it (pages of 128 tokens, splits from the batch size and the GPU, the 128-token
+    bf16 window and the token's own K/V) on random records, timed like the per-token int2 rows."""
+    from aphrodite_int2kv.int2.tile_format import TileLayout, TilePages
+    from aphrodite_int2kv.kernels.limits import device_limits
+    from aphrodite_int2kv.kernels.tile_split_decode import tile_decode_splits, tile_split_decode
+
+    L, BS, R = TileLayout(D, 64), 128, 128
+    blocks = B * math.ceil(S / BS)
+    raw = torch.randint(0, 256, (blocks, Hkv, BS, L.token_bytes), dtype=torch.uint8, device="cuda")
+    pages = TilePages.of_cache(raw.transpose(1, 2), L)
+    f16 = pages.as_f16().view(blocks, Hkv, -1)          # every fp16 field a sane value (norms, peaks)
+    f16.uniform_(0.5, 1.5)
+    pages.flat.view(blocks, Hkv, -1)[..., :L.k_norm] = torch.randint(0, 256, (1,), dtype=torch.uint8, device="cuda")
+    table = torch.randperm(blocks, device="cuda").int().view(B, -1)
+    seq = torch.full((B,), S, dtype=torch.int32, device="cuda")
+    q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
+    kv = torch.randn(B, Hkv, D, device="cuda", dtype=torch.bfloat16)
+    win = window_pages(B, S, Hkv, D, R, 16)
+    splits = tile_decode_splits(B, Hkv * math.ceil(Hq // Hkv / 16), device_limits(q.device).num_sms)
+    out = torch.empty_like(q)
+    fn = lambda: tile_split_decode(q, kv, kv, pages, table, seq, D ** -0.5, win, out=out, num_splits=splits)  # noqa: E731
+    try:
+        us = timer.median_us(fn, iters=args.iters)
+    except Exception:
+        traceback.print_exc()
+        us = float("nan")
+    nbytes = B * S * Hkv * L.token_bytes
+    row = dict(context_len=S, batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, int2_format="tiles",
+               tile=64, block_size=BS, window=R, num_splits=splits, int2_us=round(us, 2),
+               bf16_us=round(bf16[best], 2) if best else None, bf16_kernel=best,
+               bf16_all_us={k: round(v, 2) for k, v in bf16.items()},
+               speedup=round(bf16[best] / us, 3) if best else None, int2_bytes_read=nbytes,
+               int2_GBps=round(nbytes / us / 1e3, 1), copy_GBps=round(copy_gbps, 1),
+               frac_copy=round(nbytes / us / 1e3 / copy_gbps, 3), env=env)
+    log(f"Hq{Hq}/kv{Hkv}/D{D} S={S:>6} B={B:>2} tiles: {us:8.1f} us ({row['int2_GBps']:6.0f} GB/s)  "
+        f"bf16 {row['bf16_us']} us [{best}]  speedup {row['speedup']}")
+    return row
+
+
 def log(*a):
     print(*a, flush=True)
 
@@ -363,6 +404,8 @@ def main():
     ap.add_argument("--precompile", type=int, default=0,
                     help="compile every shape's int2 launch first in this many processes (Triton's on-disk cache "
                          "is shared): a sweep of many head shapes otherwise spends most of its time compiling")
+    ap.add_argument("--format", choices=("tokens", "tiles"), default="tokens",
+                    help="int2 format: per-token slots (int2_decode), or channel tiles (tile_split_decode)")
     ap.add_argument("--out", default="decode_attention_h200.json")
     args = ap.parse_args()
     if args.fold:
@@ -407,7 +450,9 @@ def main():
                 after_bf16 = gpu_state()
                 if args.cooldown:
                     time.sleep(args.cooldown)
-                for G in map(int, args.group_sizes.split(",")):
+                if args.format == "tiles":
+                    rows.append(tiles_row(timer, args, B, S, Hq, Hkv, D, bf16, best, copy_gbps, env))
+                for G in map(int, args.group_sizes.split(",")) if args.format == "tokens" else ():
                     if D % G:
                         continue
                     L = SlotLayout(D, G)

@@ -32,6 +32,7 @@ from aphrodite_int2kv.kernels.prefill import int2_prefill
 from aphrodite_int2kv.kernels.centers import sequence_centers
 from aphrodite_int2kv.kernels.store import Centering, int2_store, window_store
 from aphrodite_int2kv.kernels.tile_attention import tile_attention
+from aphrodite_int2kv.kernels.tile_split_decode import tile_decode_splits, tile_split_decode
 from aphrodite_int2kv.kernels.tile_store import tile_store
 from aphrodite_int2kv.engine.window import window_name, window_views
 
@@ -625,20 +626,32 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         return memo[1]
 
     def _forward_tiles(self, layer, q, key, value, cache, m, n, rk, rv):
-        """FORMAT=tiles: decodes and prefills in one launch (kernels/tile_attention.py): the tiles
-        before each chunk's window, the window, the chunk causally; then the prefills' ring entries."""
+        """FORMAT=tiles: the decodes in the split decode (kernels/tile_split_decode.py: a KV head's
+        records read once for its query heads, shares of each sequence over the GPU), the prefills
+        in one launch (kernels/tile_attention.py: the tiles before each chunk's window, the window,
+        the chunk causally); then the prefills' ring entries."""
         H, D = self.num_kv_heads, self.head_size
         k = rotate(key[:n].view(n, H, D), rk).to(q.dtype).contiguous()
         v = rotate(value[:n].view(n, H, D), rv).to(q.dtype).contiguous()
         k_win, v_win, wmeta = self._window_state(layer, q.dtype)
         W = k_win.shape[1]
         table = ring_window(m, wmeta, m.slot_mapping, n, self.window, W)[0] if wmeta.ring else wmeta.block_table
-        out = tile_attention(q, k, v, self._tile_pages(cache), m.block_table, m.query_start_loc, m.seq_lens,
-                             m.max_query_len, self.scale, (k_win, v_win, table, self.window))
-        if wmeta.ring and m.num_prefills:
-            nd = m.num_decode_tokens
-            slots = ring_window(m, wmeta, m.slot_mapping, n, self.window, W)[1]
-            window_store(k[nd:], v[nd:], slots[nd:n], k_win, v_win)
+        pages = self._tile_pages(cache)
+        out = torch.empty_like(q)
+        nd, nr = m.num_decode_tokens, m.num_decodes
+        if nr:
+            # the launch shape depends on the batch size and the GPU only (CUDA graphs)
+            ratio = self.num_heads // H
+            splits = tile_decode_splits(nr, H * -(-ratio // 16), device_limits(q.device).num_sms)
+            tile_split_decode(q[:nd], k[:nd], v[:nd], pages, m.block_table[:nr], m.seq_lens[:nr], self.scale,
+                        (k_win, v_win, table[:nr], self.window), out=out[:nd], num_splits=splits)
+        if m.num_prefills:
+            qsl = (m.query_start_loc[nr:] - m.query_start_loc[nr]).to(torch.int32)
+            tile_attention(q[nd:n], k[nd:], v[nd:], pages, m.block_table[nr:], qsl, m.seq_lens[nr:],
+                           m.max_query_len, self.scale, (k_win, v_win, table[nr:], self.window), out=out[nd:n])
+            if wmeta.ring:
+                slots = ring_window(m, wmeta, m.slot_mapping, n, self.window, W)[1]
+                window_store(k[nd:], v[nd:], slots[nd:n], k_win, v_win)
         return out
 
     def forward(self, layer, query, key, value, kv_cache, attn_metadata, output=None,

@@ -213,11 +213,12 @@ def engine_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list[Laun
 
 def tile_format_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list[Launch]:
     """The channel-tile format's kernels: the store and the first decode at tiles of 32 and 64
-    tokens, and the attention the engine runs (FORMAT=tiles: tiles of 64) for decodes and prefills
-    (`--tile-format`)."""
+    tokens, and the attention the engine runs (FORMAT=tiles: tiles of 64): the split decode and
+    its merge, and the prefill/decode launch (`--tile-format`)."""
     from aphrodite_int2kv.int2.tile_format import TILES, TilePages, TileLayout
     from aphrodite_int2kv.kernels.tile_attention import tile_attention
     from aphrodite_int2kv.kernels.tile_decode import tile_decode
+    from aphrodite_int2kv.kernels.tile_split_decode import tile_split_decode
     from aphrodite_int2kv.kernels.tile_store import tile_store
 
     found: list[Launch] = []
@@ -244,6 +245,14 @@ def tile_format_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list
                                torch.tensor([q_len + 500], dtype=torch.int32), q_len, 0.1, (win, win, table[:1], 128))
             for launch in caught:
                 launch.label = f"D{D} tile 64 attention {name}"
+            found.extend(caught)
+        for ratio in (4, 20):       # the split decode and its merge: one head tile, and two
+            qd = torch.zeros(2, 2 * ratio, D, dtype=torch.bfloat16)
+            with recorded_launches() as caught:
+                tile_split_decode(qd, kv[:2], kv[:2], pages, table, torch.tensor([600, 70], dtype=torch.int32), 0.1,
+                                  (win, win, table, 128), num_splits=3)
+            for launch in caught:
+                launch.label = f"D{D} tile 64 split decode, {ratio} q heads per KV head"
             found.extend(caught)
     return found
 

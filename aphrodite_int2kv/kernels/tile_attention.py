@@ -77,16 +77,16 @@ def _v_quarter(acc, alpha, pn, pn_sum, rec_u8, rec, vs_unit, vz_unit, c: tl.cons
 
 
 @triton.jit
-def tile_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, hi, table_row, head_off, stride_page,
+def tile_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, hi, table_row, head_off, stride_page,
               rec_u8, rec_f16, qk_scale, BLOCK_SIZE: tl.constexpr, T: tl.constexpr, D: tl.constexpr,
               W: tl.constexpr, TILE_BYTES: tl.constexpr, OFF_KH: tl.constexpr, OFF_V: tl.constexpr,
               OFF_KN: tl.constexpr, OFF_VN: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
               OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, OFF_PEAKS: tl.constexpr, DOT: tl.constexpr):
-    """Positions [0, hi) of one sequence from its tile records: tile i of the sequence is record
-    (i T % BLOCK_SIZE) / T of page table_row[i T / BLOCK_SIZE]; positions >= hi of the last tile
-    are masked."""
+    """Tiles [t0, t1) of one sequence from its tile records, positions >= hi masked: tile i of the
+    sequence is record (i T % BLOCK_SIZE) / T of page table_row[i T / BLOCK_SIZE]. Rows are query
+    rows of one KV head: a chunk's tokens (prefill) or a KV group's query heads (split decode)."""
     toks = tl.arange(0, T)
-    for i in range(0, tl.cdiv(hi, T)):
+    for i in range(t0, t1):
         first = i * T
         page = tl.load(table_row + first // BLOCK_SIZE).to(tl.int64)
         rec = page * stride_page + head_off + ((first % BLOCK_SIZE) // T) * TILE_BYTES
@@ -148,7 +148,8 @@ def _tile_attention_kernel(
     # from the window (later tokens of the chunk see at least that much in full precision).
     win_start = tl.maximum(prefix_len - (WINDOW - 1), 0)
     m_i, l_i, acc0, acc1, acc2, acc3 = tile_span(
-        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, win_start, block_table_ptr + batch * stride_bt,
+        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.cdiv(win_start, T), win_start,
+        block_table_ptr + batch * stride_bt,
         kv_head * stride_head, stride_page, rec_u8, rec_f16, qk_scale, BLOCK_SIZE, T, D, W, TILE_BYTES,
         OFF_KH, OFF_V, OFF_KN, OFF_VN, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, OFF_PEAKS, DOT)
     m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
