@@ -48,6 +48,9 @@ class Scheme:
     norm_balance: bool = True
     v_tiles: bool = False
     meta_bits: int = 16          # channel tiles' scale and zero: fp16, or 8 (e4m3 under an fp16 peak per tile)
+    tile_staging: bool = True    # the window also stages the tile being filled (read in full precision until
+    #                              it has left the window whole); False: as the engine stores it, every position
+    #                              before the last `recent` read from its tile's record
 
     def bits_per_element(self, head_dim: int, context: int = 32768, layers: int = 0) -> float:
         """Stored bits per K/V element, averaged over K and V, the window and (given `layers`) the
@@ -61,12 +64,12 @@ class Scheme:
             key = 8.0 if self.k_bits == 8 else self.k_bits + 16 / head_dim
             base = (key + self.v_bits + 32 / head_dim) / 2
         window = self.recent + self.sink
-        if self.kind == "tiles":        # the window also stages the tile being filled
+        if self.kind == "tiles":        # the window may also stage the tile being filled
             key = tiles.channel_tile_bits(self.k_bits, self.tile, head_dim, self.norm_balance, self.meta_bits)
             value = (tiles.channel_tile_bits(self.v_bits, self.tile, head_dim, self.norm_balance, self.meta_bits)
                      if self.v_tiles
                      else tiles.token_group_bits(self.v_bits, self.group_size))
-            base, window = (key + value) / 2, window + self.tile
+            base, window = (key + value) / 2, window + (self.tile if self.tile_staging else 0)
         if base is None:  # ours: the slot format, padding included
             base = SlotLayout(head_dim, self.group_size).bits_per_element()
         window = min(context, window)
@@ -255,9 +258,9 @@ class KVTransform:
 
 def full_precision_mask(scheme: Scheme, t: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
     """Which keys j each query t reads in full precision: the sinks, the recent window (for
-    `tiles`, every tile not yet wholly out of it), KIVI's block being filled."""
+    `tiles` with tile_staging, every tile not yet wholly out of it), KIVI's block being filled."""
     full = (j > t - scheme.recent) | (j < scheme.sink)
-    if scheme.kind == "tiles":
+    if scheme.kind == "tiles" and scheme.tile_staging:
         full = full | ((j // scheme.tile + 1) * scheme.tile + scheme.recent - 1 > t)
     if scheme.kind == "kivi":   # KIVI keeps the block still being filled in full precision
         full = full | (j // 32 == t // 32)
@@ -350,6 +353,14 @@ def standard_schemes():
     ]
 
 
+def engine_tiles_scheme() -> Scheme:
+    """What the engine stores with APHRODITE_INT2KV_FORMAT=tiles: K3 / V2 channel tiles of 64, 8-bit
+    metadata, no sinks, the last 128 positions in full precision and every earlier one read from its
+    tile's record (no staging tile)."""
+    return Scheme("engine FORMAT=tiles: K3 V2 tile64 meta8 + recent128", "tiles", k_bits=3, v_bits=2, tile=64,
+                  v_tiles=True, meta_bits=8, recent=128, tile_staging=False)
+
+
 def longctx_schemes(sweep: bool = False):
     """The rows of `aphrodite-int2kv longctx`: the references, today's int2 default, and the
     channel-tile format the long-context measurements chose (K3 / V2, tiles of 32 and 64, 8-bit
@@ -362,7 +373,8 @@ def longctx_schemes(sweep: bool = False):
 
     rows = [Scheme("fp", "fp"), Scheme("fp8 e4m3 per-head", "fp8"), engine_default_scheme(),
             Scheme("kivi 2-bit + recent 128", "kivi", recent=128),
-            tiles(3, 2, v_tiles=True, meta_bits=8), tiles(3, 2, tile=64, v_tiles=True, meta_bits=8)]
+            tiles(3, 2, v_tiles=True, meta_bits=8), tiles(3, 2, tile=64, v_tiles=True, meta_bits=8),
+            engine_tiles_scheme()]
     if sweep:
         rows += [tiles(2, 2), tiles(2, 2, norm_balance=False), tiles(3, 2), tiles(3, 3), tiles(4, 2),
                  tiles(3, 2, tile=64), tiles(2, 2, v_tiles=True),
