@@ -108,7 +108,7 @@ def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R):
     _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D)
 
 
-@pytest.mark.parametrize("D,RATIO,splits", [(64, 1, 1), (128, 3, 3), (128, 8, 2), (256, 20, 4)])
+@pytest.mark.parametrize("D,RATIO,splits", [(64, 1, 1), (128, 3, 3), (128, 8, 11), (256, 20, 4)])
 def test_tile_split_decode_reads_tiles_window_and_token(D, RATIO, splits):
     """The split decode (kernels/tile_split_decode.py): each KV head's records read once for its
     group of query heads (20 heads: two head tiles, the second part-masked), shares of a sequence's

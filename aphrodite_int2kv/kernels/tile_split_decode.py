@@ -11,7 +11,7 @@ last program (s = num_splits) reads the recent window in full precision and the 
 b * (num_splits + 1) + s of its query heads.
 
 Stage 2 (`_tile_merge_kernel`), grid (batch, num_q_heads): log-sum-exp merge of a sequence's
-num_splits + 1 slots.
+num_splits + 1 slots, 8 at a time (up to 65 slots at head_dim 256 stay in registers).
 
 num_splits depends on the batch size and the GPU only (never on sequence lengths), so a CUDA graph
 captured for a batch size replays for any lengths. Inputs and output are in the rotated basis.
@@ -84,22 +84,31 @@ def _tile_split_kernel(
 
 @triton.jit(do_not_specialize=["num_splits"])
 def _tile_merge_kernel(part_out_ptr, part_lse_ptr, num_splits, out_ptr, stride_ob, stride_oh,
-                       D: tl.constexpr, SLOTS: tl.constexpr):
-    """Grid (batch, num_q_heads): the log-sum-exp merge of one row's num_splits + 1 slots (SLOTS:
-    a power of two >= num_splits + 1). Slot i holds out_i = acc_i / l_i and lse_i = m_i + log2 l_i."""
+                       D: tl.constexpr, CHUNK: tl.constexpr):
+    """Grid (batch, num_q_heads): the log-sum-exp merge of one row's num_splits + 1 slots, CHUNK
+    at a time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2 l_i, so it enters the running
+    softmax state with weight exp2(lse_i - m))."""
     batch = tl.program_id(0)
     head = tl.program_id(1)
     n = num_splits + 1
     row = head * (tl.num_programs(0) * n) + batch * n
-    k = tl.arange(0, SLOTS)
-    smask = k < n
-    lse = tl.load(part_lse_ptr + row + k, mask=smask, other=float("-inf"))
-    m = tl.max(lse, axis=0)
-    w = tl.exp2(lse - tl.where(m == float("-inf"), 0.0, m))
     dims = tl.arange(0, D)
-    parts = tl.load(part_out_ptr + (row + k)[:, None] * D + dims[None, :], mask=smask[:, None], other=0.0)
-    l = tl.sum(w, axis=0)
-    out = tl.sum(parts * w[:, None], axis=0) / tl.where(l > 0, l, 1.0)
+    m = tl.full([], float("-inf"), tl.float32)
+    l = tl.zeros([], tl.float32)
+    acc = tl.zeros([D], tl.float32)
+    for c0 in range(0, n, CHUNK):
+        k = c0 + tl.arange(0, CHUNK)
+        smask = k < n
+        lse = tl.load(part_lse_ptr + row + k, mask=smask, other=float("-inf"))
+        m_new = tl.maximum(m, tl.max(lse, axis=0))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp2(m - m_safe)
+        w = tl.exp2(lse - m_safe)
+        parts = tl.load(part_out_ptr + (row + k)[:, None] * D + dims[None, :], mask=smask[:, None], other=0.0)
+        acc = acc * alpha + tl.sum(parts * w[:, None], axis=0)
+        l = l * alpha + tl.sum(w, axis=0)
+        m = m_new
+    out = acc / tl.where(l > 0, l, 1.0)
     tl.store(out_ptr + batch * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
 
 
@@ -149,5 +158,5 @@ def tile_split_decode(q_rot, k_rot, v_rot, pages: TilePages, block_table, seq_le
         num_warps=4,
     )
     _tile_merge_kernel[(B, Hq)](part_out, part_lse, num_splits, out, out.stride(0), out.stride(1),
-                                D=D, SLOTS=triton.next_power_of_2(num_splits + 1), num_warps=4)
+                                D=D, CHUNK=8, num_warps=4)
     return out
