@@ -165,6 +165,20 @@ def _tile_attention_kernel(
     store_chunk_rows(out_ptr, q_start, rows, rmask, q_head, stride_ot, stride_oh, l_i, acc0, acc1, acc2, acc3, W)
 
 
+def record_args(pages: TilePages):
+    """The tile records' pointer and stride arguments, in the kernels' order."""
+    return pages.flat, pages.as_f16(), pages.page_stride, pages.head_stride
+
+
+def record_constants(pages: TilePages, window) -> dict:
+    """The byte layout (docs/format.md) and the window's shape as the kernels' constexprs."""
+    L = pages.layout
+    return dict(BLOCK_SIZE=pages.per_page * L.tile, T=L.tile, D=L.head_dim, TILE_BYTES=L.tile_bytes,
+                OFF_KH=L.k_high, OFF_V=L.v_codes, OFF_KN=L.k_norm, OFF_VN=L.v_norm, OFF_KS=L.k_scale,
+                OFF_KZ=L.k_zero, OFF_VS=L.v_scale, OFF_VZ=L.v_zero, OFF_PEAKS=L.peaks,
+                WINDOW=int(window[3]), WBS=window[0].shape[1])
+
+
 def tile_attention(q_rot, k_rot, v_rot, pages: TilePages, block_table, query_start_loc, seq_lens,
                    max_query_len: int, sm_scale: float, window, out=None,
                    block_m: int | None = None, block_n: int = 32):
@@ -193,13 +207,10 @@ def tile_attention(q_rot, k_rot, v_rot, pages: TilePages, block_table, query_sta
         q_rot, q_rot.stride(0), q_rot.stride(1),
         k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
         out, out.stride(0), out.stride(1),
-        pages.flat, pages.as_f16(), pages.page_stride, pages.head_stride,
-        block_table, block_table.stride(0), query_start_loc, seq_lens,
+        *record_args(pages), block_table, block_table.stride(0), query_start_loc, seq_lens,
         sm_scale * LOG2E,
         *_window_args(window, q_rot),
-        BLOCK_SIZE=pages.per_page * L.tile, T=L.tile, D=D, RATIO=Hq // Hkv, BLOCK_M=block_m, BLOCK_N=block_n,
-        TILE_BYTES=L.tile_bytes, OFF_KH=L.k_high, OFF_V=L.v_codes, OFF_KN=L.k_norm, OFF_VN=L.v_norm,
-        OFF_KS=L.k_scale, OFF_KZ=L.k_zero, OFF_VS=L.v_scale, OFF_VZ=L.v_zero, OFF_PEAKS=L.peaks,
-        DOT=dot_dtype(q_rot.dtype), WINDOW=int(window[3]), WBS=window[0].shape[1], num_warps=4,
+        RATIO=Hq // Hkv, BLOCK_M=block_m, BLOCK_N=block_n, DOT=dot_dtype(q_rot.dtype), num_warps=4,
+        **record_constants(pages, window),
     )
     return out

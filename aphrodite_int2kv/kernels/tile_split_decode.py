@@ -26,7 +26,7 @@ import triton.language as tl
 from aphrodite_int2kv.int2.tile_format import TilePages
 from aphrodite_int2kv.kernels.common import LOG2E, empty_state, fp_tile, group_heads, query_planes, window_span
 from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype, store_partial
-from aphrodite_int2kv.kernels.tile_attention import tile_span
+from aphrodite_int2kv.kernels.tile_attention import record_args, record_constants, tile_span
 
 
 @triton.jit(do_not_specialize=["num_splits"])
@@ -147,15 +147,11 @@ def tile_split_decode(q_rot, k_rot, v_rot, pages: TilePages, block_table, seq_le
     _tile_split_kernel[(num_splits + 1, Hkv * tiles, B)](
         q_rot, q_rot.stride(0), q_rot.stride(1),
         k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
-        pages.flat, pages.as_f16(), pages.page_stride, pages.head_stride,
-        block_table, block_table.stride(0), seq_lens, part_out, part_lse,
+        *record_args(pages), block_table, block_table.stride(0), seq_lens, part_out, part_lse,
         sm_scale * LOG2E, num_splits,
         *_window_args(window, q_rot),
-        BLOCK_SIZE=pages.per_page * L.tile, T=L.tile, D=D, RATIO=ratio, TILES=tiles, BLOCK_H=block_h,
-        BLOCK_N=block_n, TILE_BYTES=L.tile_bytes, OFF_KH=L.k_high, OFF_V=L.v_codes, OFF_KN=L.k_norm,
-        OFF_VN=L.v_norm, OFF_KS=L.k_scale, OFF_KZ=L.k_zero, OFF_VS=L.v_scale, OFF_VZ=L.v_zero,
-        OFF_PEAKS=L.peaks, DOT=dot_dtype(q_rot.dtype), WINDOW=int(window[3]), WBS=window[0].shape[1],
-        num_warps=4,
+        RATIO=ratio, TILES=tiles, BLOCK_H=block_h, BLOCK_N=block_n, DOT=dot_dtype(q_rot.dtype), num_warps=4,
+        **record_constants(pages, window),
     )
     _tile_merge_kernel[(B, Hq)](part_out, part_lse, num_splits, out, out.stride(0), out.stride(1),
                                 D=D, CHUNK=8, num_warps=4)
