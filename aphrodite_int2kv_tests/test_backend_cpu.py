@@ -579,8 +579,10 @@ def test_decode_tile_option(engine):
 def _tile_reference(q, k_all, v_all, q_start, tiles_until, layout):
     """fp32 attention of q (positions q_start..) over k_all / v_all (original basis), where keys
     before `tiles_until` are read back from their tile records (Hadamard-rotated, K 3-bit / V 2-bit
-    channel tiles) and the rest exact."""
-    from aphrodite_int2kv.int2.tile_format import decode_tile, encode_tile
+    channel tiles, tile 0's first TILE_SINKS left out of its ranges) and the rest, and those
+    sinks, exact."""
+    from aphrodite_int2kv.engine.options import TILE_SINKS
+    from aphrodite_int2kv.int2.tile_format import decode_tile
 
     H = hadamard(D).to(DEVICE)
     T = layout.tile
@@ -589,12 +591,24 @@ def _tile_reference(q, k_all, v_all, q_start, tiles_until, layout):
     if nt:
         kr = R.rotate(k_all[:nt * T], H).view(nt, T, HKV, D).transpose(1, 2)
         vr = R.rotate(v_all[:nt * T], H).view(nt, T, HKV, D).transpose(1, 2)
-        dk, dv = decode_tile(encode_tile(kr.cpu(), vr.cpu(), layout), layout)
+        dk, dv = decode_tile(_tile_records(kr.cpu(), vr.cpu(), layout), layout)
         kq = R.rotate(dk.transpose(1, 2).reshape(-1, HKV, D).to(DEVICE), H.T)
         vq = R.rotate(dv.transpose(1, 2).reshape(-1, HKV, D).to(DEVICE), H.T)
         k[:min(tiles_until, nt * T)] = kq[:tiles_until]
         v[:min(tiles_until, nt * T)] = vq[:tiles_until]
+        k[:TILE_SINKS], v[:TILE_SINKS] = k_all[:TILE_SINKS], v_all[:TILE_SINKS]
     return R.attend(q, k, v, D ** -0.5, causal_offset=q_start)
+
+
+def _tile_records(kr, vr, layout, first=True):
+    """The torch encoder's records of tiles [nt, H, T, D]; tile 0 of a sequence (`first`) without
+    its sinks in the ranges."""
+    from aphrodite_int2kv.engine.options import TILE_SINKS
+    from aphrodite_int2kv.int2.tile_format import encode_tile
+
+    sinks = torch.arange(layout.tile) < TILE_SINKS
+    head = encode_tile(kr[:1], vr[:1], layout, exclude=sinks if first else None)
+    return torch.cat([head, encode_tile(kr[1:], vr[1:], layout)]) if kr.shape[0] > 1 else head
 
 
 @pytest.mark.parametrize("ring", [False, True])
@@ -607,7 +621,7 @@ def test_tile_format_in_the_engine_glue(engine, monkeypatch, ring):
     chunk in full precision (as the reference does, to 1e-4), and never a tile that is not whole."""
     from aphrodite_int2kv.engine.backend import Int2AttentionImpl
     from aphrodite_int2kv.engine.window import Int2WindowMetadata
-    from aphrodite_int2kv.int2.tile_format import TileLayout, encode_tile
+    from aphrodite_int2kv.int2.tile_format import TileLayout
 
     monkeypatch.setenv("APHRODITE_INT2KV_FORMAT", "tiles")
     monkeypatch.setenv("APHRODITE_INT2KV_RECENT_WINDOW", "96")
@@ -670,8 +684,8 @@ def test_tile_format_in_the_engine_glue(engine, monkeypatch, ring):
         for t in range(lens[r] // T):
             page, j = int(block_table[r, t * T // TBS]), (t * T % TBS) // T
             tok = slice(t * T, (t + 1) * T)
-            want = encode_tile(R.rotate(kk[r][tok], H).transpose(0, 1).cpu(), R.rotate(vv[r][tok], H).transpose(0, 1).cpu(),
-                               layout)
+            want = _tile_records(R.rotate(kk[r][tok], H).transpose(0, 1).cpu()[None],
+                                 R.rotate(vv[r][tok], H).transpose(0, 1).cpu()[None], layout, first=t == 0)[0]
             got = heads_first[page, :, j * T:(j + 1) * T].reshape(HKV, -1)[:, :layout.used_bytes].cpu()
             assert torch.equal(got, want[:, :layout.used_bytes]), (r, t)
     # a tile not yet whole has no record: A's last tile is still only in the window

@@ -891,7 +891,7 @@ def test_tile_format_pages_in_the_engine_config(registered, tmp_path, monkeypatc
     assert sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups) == [16, 128]
     tokens = get_max_concurrency_for_kv_cache_config(cfg, conf) * 32768
     ratio = tokens / _bf16_tokens(model, specs, mem, 32768)
-    # 256 int2 pages at 32K; the window: 2 x 9 pages of 16 tokens + 8 for a hit point
-    assert w.max_admission_blocks_per_request(2048, 32768) == 26
-    assert ratio == pytest.approx(TileLayout(128, 64).ratio_vs() * 256 / (256 + 26), rel=0.01), ratio
+    # 256 int2 pages at 32K; the window: 2 x 9 pages of 16 tokens + 8 for a hit point + the sinks' page
+    assert w.sinks == 4 and w.max_admission_blocks_per_request(2048, 32768) == 27
+    assert ratio == pytest.approx(TileLayout(128, 64).ratio_vs() * 256 / (256 + 27), rel=0.01), ratio
     assert ratio >= 4.95, ratio

@@ -288,17 +288,17 @@ def test_the_quick_suite_and_the_candidate_rows():
         (3, 2, 32, 8, True), (3, 2, 64, 8, True)}
     sweep = S.longctx_schemes(sweep=True)
     assert len({r.name for r in sweep}) == len(sweep) and len({dataclasses_key(r) for r in sweep}) == len(sweep)
-    # the row of what the engine stores with FORMAT=tiles: no sinks, no staging tile -- exactly the
-    # last 128 positions in full precision (the design rows also keep the tile being filled)
+    # the row of what the engine stores with FORMAT=tiles: 4 sinks, no staging tile -- exactly the
+    # first 4 and the last 128 positions in full precision (the design rows also keep the tile being filled)
     import dataclasses
 
     import torch
 
     eng = S.engine_tiles_scheme()
-    assert eng in rows and eng.sink == 0 and not eng.tile_staging and (eng.tile, eng.k_bits, eng.v_bits) == (64, 3, 2)
+    assert eng in rows and eng.sink == 4 and not eng.tile_staging and (eng.tile, eng.k_bits, eng.v_bits) == (64, 3, 2)
     t, j = torch.tensor([[1000]]), torch.arange(1001)[None]
-    assert int(S.full_precision_mask(eng, t, j).sum()) == 128
-    assert int(S.full_precision_mask(dataclasses.replace(eng, tile_staging=True), t, j).sum()) == 1001 - 832
+    assert int(S.full_precision_mask(eng, t, j).sum()) == 128 + 4
+    assert int(S.full_precision_mask(dataclasses.replace(eng, tile_staging=True), t, j).sum()) == 1001 - 832 + 4
     assert eng.bits_per_element(128) < dataclasses.replace(eng, tile_staging=True).bits_per_element(128)
 
 

@@ -13,6 +13,7 @@ from aphrodite_int2kv.int2.tile_format import TileLayout, TilePages, decode_tile
 from aphrodite_int2kv.kernels.tile_attention import tile_attention
 from aphrodite_int2kv.kernels.tile_split_decode import tile_split_decode
 from aphrodite_int2kv.kernels.tile_store import tile_store
+from aphrodite_int2kv.engine.window import window_slot
 from aphrodite_int2kv_tests.conftest import DEVICE
 
 ATOL = 1e-4 if DEVICE == "cpu" else 2e-2
@@ -25,12 +26,16 @@ def _pages(nblocks, bs, H, layout):
     return raw.to(DEVICE).transpose(1, 2)
 
 
-def _tile_batch(D, RATIO, R, reqs, H=2, T=64, BS=128, WBS=16, seed=0):
+def _tile_batch(D, RATIO, R, reqs, H=2, T=64, BS=128, WBS=16, seed=0, sinks=0, ring=False):
     """A batch in the engine's caches: the prefix's whole tiles stored as records (tile_store) in
-    pages several tiles long, the window pages holding each prefix's last R tokens. reqs: (prefix,
-    new tokens) per request. Returns the kernels' arguments and the K/V attention should read at
-    each position (records decoded, the window and the new tokens in full precision)."""
+    pages several tiles long, the window pages holding each prefix's last R tokens and its first
+    `sinks` (left out of tile 0's record); with `ring`, one window page per request of R + sinks + 5
+    slots (engine/window.py window_slot). reqs: (prefix, new tokens) per request. Returns the
+    kernels' arguments and the K/V attention should read at each position (records decoded, the
+    sinks, the window and the new tokens in full precision)."""
     torch.manual_seed(seed)
+    if ring:
+        WBS = R + sinks + 5
     layout = TileLayout(D, T)
     total = [p + n for p, n in reqs]
     nblocks = sum(-(-t // BS) for t in total) + 3
@@ -45,10 +50,12 @@ def _tile_batch(D, RATIO, R, reqs, H=2, T=64, BS=128, WBS=16, seed=0):
     width = max(len(x) for x in tables)
     block_table = torch.stack([torch.nn.functional.pad(x, (0, width - len(x))) for x in tables]).int()
     # the window: [wblocks, WBS, H, D] pages, each request's positions at its own pages
-    wblocks_per = -(-max(total) // WBS)
+    wblocks_per = 1 if ring else -(-max(total) // WBS)
     k_win = torch.zeros(len(reqs) * wblocks_per, WBS, H, D)
     v_win = torch.zeros_like(k_win)
     wtable = torch.arange(len(reqs) * wblocks_per).view(len(reqs), wblocks_per).flip(1).contiguous().int()
+    if ring:   # every column the request's one page, as the backend hands it to the kernels
+        wtable = wtable.expand(-1, -(-max(total) // WBS)).contiguous()
 
     k_all = [torch.randn(t, H, D) * (1 + torch.rand(t, 1, 1) * 3) for t in total]
     v_all = [torch.randn(t, H, D) for t in total]
@@ -62,16 +69,24 @@ def _tile_batch(D, RATIO, R, reqs, H=2, T=64, BS=128, WBS=16, seed=0):
             vt = v[:ntiles * T].view(ntiles, T, H, D).transpose(1, 2).contiguous()
             dest = torch.tensor([int(tables[b][i * T // BS]) * (BS // T) + (i * T % BS) // T
                                  for i in range(ntiles)], dtype=torch.int64)
-            tile_store(kt.to(DEVICE), vt.to(DEVICE), torch.zeros(ntiles, dtype=torch.int32, device=DEVICE),
-                       dest.to(DEVICE), pages, layout)
-            dk, dv = decode_tile(encode_tile(kt, vt, layout), layout)
+            exclude = torch.zeros(ntiles, dtype=torch.int32)
+            exclude[0] = sinks
+            tile_store(kt.to(DEVICE), vt.to(DEVICE), exclude.to(DEVICE), dest.to(DEVICE), pages, layout)
+            first = torch.arange(T) < sinks
+            records = [encode_tile(kt[:1], vt[:1], layout, exclude=first)]
+            if ntiles > 1:
+                records.append(encode_tile(kt[1:], vt[1:], layout))
+            dk, dv = decode_tile(torch.cat(records), layout)
             rk[:ntiles * T] = dk.transpose(1, 2).reshape(-1, H, D)
             rv[:ntiles * T] = dv.transpose(1, 2).reshape(-1, H, D)
         win_start = max(prefix - (R - 1), 0)
         rk[win_start:], rv[win_start:] = k[win_start:], v[win_start:]      # window and chunk: full precision
-        for p in range(max(prefix - R, 0), prefix):                        # the window holds the prefix's last R
-            page = int(wtable[b, p // WBS])
-            k_win[page, p % WBS], v_win[page, p % WBS] = k[p], v[p]
+        rk[:sinks], rv[:sinks] = k[:sinks], v[:sinks]                      # the sinks: full precision
+        held = sorted(set(range(min(sinks, prefix))) | set(range(max(prefix - R, 0), prefix)))
+        col, off = window_slot(torch.tensor(held, dtype=torch.long), WBS, sinks, ring)
+        for p, c, o in zip(held, col.tolist(), off.tolist()):              # the window holds them
+            page = int(wtable[b, c])
+            k_win[page, o], v_win[page, o] = k[p], v[p]
         ref_k.append(rk)
         ref_v.append(rv)
 
@@ -79,6 +94,7 @@ def _tile_batch(D, RATIO, R, reqs, H=2, T=64, BS=128, WBS=16, seed=0):
     qsl = torch.tensor([0] + [n for _, n in reqs]).cumsum(0).int()
     k_new = torch.cat([k_all[b][p:] for b, (p, _) in enumerate(reqs)])
     v_new = torch.cat([v_all[b][p:] for b, (p, _) in enumerate(reqs)])
+    k_win[k_win.abs().sum(-1) == 0] = float("nan")   # a slot that holds no position must not be read
     window = (k_win.to(DEVICE), v_win.to(DEVICE), wtable.to(DEVICE), R)
     seq_lens = torch.tensor(total, dtype=torch.int32, device=DEVICE)
     return (q, k_new, v_new, pages, block_table.to(DEVICE), qsl, seq_lens, window), (ref_k, ref_v)
@@ -97,34 +113,41 @@ def _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D):
             assert torch.allclose(got, want, atol=ATOL, rtol=0), (b, i, (got - want).abs().max())
 
 
-@pytest.mark.parametrize("D,RATIO,R", [(64, 3, 64), (128, 2, 100)])
-def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R):
+@pytest.mark.parametrize("D,RATIO,R,sinks,ring", [(64, 3, 64, 0, False), (128, 2, 100, 4, False),
+                                                  (128, 2, 100, 4, True)])
+def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R, sinks, ring):
+    """Prefill chunks, a chunk continuation and decodes, with and without the 4 sinks (read from
+    the window, left out of tile 0's record), the window paged or a ring."""
     T = 64
-    # (prefix, new tokens) per request: decodes first, then a chunk continuation and a prefill
-    reqs = [(T * 5 - 1, 1), (T * 3 + 17, 1), (40, 1), (T * 4 + 9, 70), (0, 150)]
-    (q, k_new, v_new, pages, block_table, qsl, seq_lens, window), (ref_k, ref_v) = _tile_batch(D, RATIO, R, reqs, seed=D)
+    # (prefix, new tokens) per request: decodes first (one whose window starts inside the sinks),
+    # then a chunk continuation and a prefill
+    reqs = [(T * 5 - 1, 1), (T * 3 + 17, 1), (40, 1), (R + 1, 1), (T * 4 + 9, 70), (0, 150)]
+    (q, k_new, v_new, pages, block_table, qsl, seq_lens, window), (ref_k, ref_v) = _tile_batch(
+        D, RATIO, R, reqs, seed=D, sinks=sinks, ring=ring)
     out = tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
-                         seq_lens, max(n for _, n in reqs), D ** -0.5, window)
+                         seq_lens, max(n for _, n in reqs), D ** -0.5, window, sinks=sinks, ring=ring)
     _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D)
 
 
-@pytest.mark.parametrize("D,RATIO,splits", [(64, 1, 1), (128, 3, 3), (128, 8, 11), (256, 20, 4)])
-def test_tile_split_decode_reads_tiles_window_and_token(D, RATIO, splits):
+@pytest.mark.parametrize("D,RATIO,splits,sinks,ring", [(64, 1, 1, 0, False), (128, 3, 3, 4, True),
+                                                       (128, 8, 11, 4, False), (256, 20, 4, 4, True)])
+def test_tile_split_decode_reads_tiles_window_and_token(D, RATIO, splits, sinks, ring):
     """The split decode (kernels/tile_split_decode.py): each KV head's records read once for its
     group of query heads (20 heads: two head tiles, the second part-masked), shares of a sequence's
     tiles over `splits` programs (more splits than tiles for the short ones: empty shares), the
     window and the token itself in a last program, merged -- against the same reference as the
-    prefill kernel, and equal to tile_attention's decode."""
+    prefill kernel, and equal to tile_attention's decode; with the sinks, the window paged or a ring."""
     T, R = 64, 64
     # decodes only: whole tiles, a tile and a bit, inside the window only, at a tile boundary
-    reqs = [(T * 7 - 1, 1), (T * 3 + 17, 1), (40, 1), (T * 2 + R - 1, 1), (T * 4, 1)]
+    # and a window that starts inside the sinks
+    reqs = [(T * 7 - 1, 1), (T * 3 + 17, 1), (40, 1), (T * 2 + R - 1, 1), (T * 4, 1), (R + 2, 1)]
     (q, k_new, v_new, pages, block_table, qsl, seq_lens, window), (ref_k, ref_v) = _tile_batch(
-        D, RATIO, R, reqs, H=2 if RATIO < 20 else 1, seed=D + RATIO)
+        D, RATIO, R, reqs, H=2 if RATIO < 20 else 1, seed=D + RATIO, sinks=sinks, ring=ring)
     out = tile_split_decode(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, seq_lens, D ** -0.5,
-                      window, num_splits=splits)
+                      window, num_splits=splits, sinks=sinks, ring=ring)
     _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D)
     fused = tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
-                           seq_lens, 1, D ** -0.5, window)
+                           seq_lens, 1, D ** -0.5, window, sinks=sinks, ring=ring)
     assert torch.allclose(out, fused, atol=ATOL, rtol=0)
 
 

@@ -21,7 +21,7 @@ from aphrodite.v1.attention.backend import (AttentionBackend, AttentionCGSupport
 from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
 
 from aphrodite_int2kv.engine.kv_api import SLIDING_WINDOW_MODELS, shape_based_kv_api
-from aphrodite_int2kv.engine.options import TILE, options, slot_bytes_for
+from aphrodite_int2kv.engine.options import TILE, TILE_SINKS, options, slot_bytes_for
 from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout, pages_heads_first
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
@@ -34,7 +34,7 @@ from aphrodite_int2kv.kernels.store import Centering, int2_store, window_store
 from aphrodite_int2kv.kernels.tile_attention import tile_attention
 from aphrodite_int2kv.kernels.tile_split_decode import tile_decode_splits, tile_split_decode
 from aphrodite_int2kv.kernels.tile_store import tile_store
-from aphrodite_int2kv.engine.window import window_name, window_views
+from aphrodite_int2kv.engine.window import window_name, window_slot, window_views
 
 INT2 = "int2"
 
@@ -321,24 +321,25 @@ def step_tokens(m, n: int) -> tuple[torch.Tensor, torch.Tensor]:
 _RING: list = [None]            # (weakrefs to the step's int2 and window metadata, n, table, slots)
 
 
-def ring_window(m, wmeta, slot_mapping, n: int, R: int, W: int) -> tuple[torch.Tensor, torch.Tensor]:
+def ring_window(m, wmeta, slot_mapping, n: int, R: int, W: int, sinks: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """The ring window of this step (engine/window.py): (table [B, cols] int32 whose every entry is
-    the request's one window page, so the kernels read position p at offset p % W of it; slots
-    int64 [n]: page * W + p % W for the new tokens still inside the window after the step,
-    p >= seq_len - R, and -1 for the others and for padding, whose int2 slot is -1). Device ops only
+    the request's one window page; slots int64 [n]: page * W + the position's offset (window_slot:
+    the first `sinks` positions at offsets 0.. for the request's life, the others on a ring of
+    W - sinks offsets) for the new tokens still inside the window after the step, p >= seq_len - R,
+    and the sinks, and -1 for the others and for padding, whose int2 slot is -1). Device ops only
     (CUDA graphs); computed once per step and shared by the group's layers."""
     memo = _RING[0]
-    if memo is not None and memo[0]() is m and memo[1]() is wmeta and memo[2] == n:
+    if memo is not None and memo[0]() is m and memo[1]() is wmeta and memo[2] == (n, sinks):
         return memo[3], memo[4]
     bt = wmeta.block_table
     table = bt[:, :1].expand(-1, bt.shape[1]).contiguous()
     req, pos = step_tokens(m, n)
     req = req.long()
     page = bt[req, 0].long()
-    keep = (slot_mapping[:n] >= 0) & (pos >= m.seq_lens[req] - R)
-    slots = torch.where(keep, page * W + (pos % W).long(), -1)
+    keep = (slot_mapping[:n] >= 0) & ((pos >= m.seq_lens[req] - R) | (pos < sinks))
+    slots = torch.where(keep, page * W + window_slot(pos.long(), W, sinks, True)[1], -1)
     try:
-        _RING[0] = (weakref.ref(m), weakref.ref(wmeta), n, table, slots)
+        _RING[0] = (weakref.ref(m), weakref.ref(wmeta), (n, sinks), table, slots)
     except TypeError:
         _RING[0] = None
     return table, slots
@@ -529,11 +530,11 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         m = attn_metadata if attn_metadata is not None else _layer_metadata(layer)
         n = k.shape[0]
         k_win, v_win, wmeta = win
-        W = k_win.shape[1]
+        W, S = k_win.shape[1], TILE_SINKS
         if wmeta.ring:
             # decodes now; the prefills' ring entries after they read the prefix window (forward)
             nd = m.num_decode_tokens
-            table, slots = ring_window(m, wmeta, slot_mapping, n, self.window, W)
+            table, slots = ring_window(m, wmeta, slot_mapping, n, self.window, W, S)
             window_store(k[:nd], v[:nd], slots[:nd], k_win, v_win)
         else:
             table = wmeta.block_table
@@ -548,16 +549,18 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         tok = (last - (T - 1))[:, None] + torch.arange(T, device=dev)     # [C, T] the tiles' positions
         from_new = (tok >= first_new[:, None])[..., None, None]
         rows = (m.query_start_loc.long()[r][:, None] + tok - first_new[:, None]).clamp(0, n - 1)
-        at = tok.clamp(min=0)
-        wpage = table[r[:, None], (at // W).clamp(max=table.shape[1] - 1)].long()
-        kt = torch.where(from_new, k[rows], k_win[wpage, at % W])
-        vt = torch.where(from_new, v[rows], v_win[wpage, at % W])
+        col, off = window_slot(tok.clamp(min=0), W, S, wmeta.ring)
+        wpage = table[r[:, None], col.clamp(max=table.shape[1] - 1)].long()
+        kt = torch.where(from_new, k[rows], k_win[wpage, off])
+        vt = torch.where(from_new, v[rows], v_win[wpage, off])
         start = (last - (T - 1)).clamp(min=0)
         bs = cache.shape[1]
         dest = m.block_table[r, start // bs].long() * (bs // T) + (start % bs) // T
         dest = torch.where(done[cand], dest, -1)
-        tile_store(kt.transpose(1, 2).contiguous(), vt.transpose(1, 2).contiguous(),
-                   torch.zeros(cand.shape[0], dtype=torch.int32, device=dev), dest, self._tile_pages(cache), self.tiles)
+        # tile 0 leaves its first S positions (the sinks, read from the window) out of its ranges
+        exclude = torch.where(start == 0, S, 0).to(torch.int32)
+        tile_store(kt.transpose(1, 2).contiguous(), vt.transpose(1, 2).contiguous(), exclude, dest,
+                   self._tile_pages(cache), self.tiles)
 
     def _tile_pages(self, cache) -> TilePages:
         try:
@@ -607,11 +610,12 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         if isinstance(cache, (list, tuple)):   # older engines kept one cache per virtual engine
             cache = cache[0]
         k_win, v_win = window_views(cache, self.num_kv_heads, self.head_size, dtype, self._heads_first)
-        if meta.ring and k_win.shape[1] < self.window:
+        sinks = TILE_SINKS if self.tiles is not None else 0
+        if meta.ring and k_win.shape[1] < self.window + sinks:
             raise Int2ConfigError(
                 f"int2 KV: the ring window of layer {getattr(layer, 'layer_name', layer)!r} reached the kernels "
                 f"in pages of {k_win.shape[1]} tokens (the engine split its pages), fewer than the window's "
-                f"{self.window}; set APHRODITE_INT2KV_RECENT_WINDOW <= {k_win.shape[1]}")
+                f"{self.window} and {sinks} sinks; set APHRODITE_INT2KV_RECENT_WINDOW <= {k_win.shape[1] - sinks}")
         return k_win, v_win, meta
 
     def _cache_view(self, kv_cache):
@@ -634,8 +638,8 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         k = rotate(key[:n].view(n, H, D), rk).to(q.dtype).contiguous()
         v = rotate(value[:n].view(n, H, D), rv).to(q.dtype).contiguous()
         k_win, v_win, wmeta = self._window_state(layer, q.dtype)
-        W = k_win.shape[1]
-        table = ring_window(m, wmeta, m.slot_mapping, n, self.window, W)[0] if wmeta.ring else wmeta.block_table
+        W, S = k_win.shape[1], TILE_SINKS
+        table = ring_window(m, wmeta, m.slot_mapping, n, self.window, W, S)[0] if wmeta.ring else wmeta.block_table
         pages = self._tile_pages(cache)
         out = torch.empty_like(q)
         nd, nr = m.num_decode_tokens, m.num_decodes
@@ -644,13 +648,15 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             ratio = self.num_heads // H
             splits = tile_decode_splits(nr, H * -(-ratio // 16), device_limits(q.device).num_sms)
             tile_split_decode(q[:nd], k[:nd], v[:nd], pages, m.block_table[:nr], m.seq_lens[:nr], self.scale,
-                        (k_win, v_win, table[:nr], self.window), out=out[:nd], num_splits=splits)
+                        (k_win, v_win, table[:nr], self.window), out=out[:nd], num_splits=splits,
+                        sinks=S, ring=wmeta.ring)
         if m.num_prefills:
             qsl = (m.query_start_loc[nr:] - m.query_start_loc[nr]).to(torch.int32)
             tile_attention(q[nd:n], k[nd:], v[nd:], pages, m.block_table[nr:], qsl, m.seq_lens[nr:],
-                           m.max_query_len, self.scale, (k_win, v_win, table[nr:], self.window), out=out[nd:n])
+                           m.max_query_len, self.scale, (k_win, v_win, table[nr:], self.window), out=out[nd:n],
+                           sinks=S, ring=wmeta.ring)
             if wmeta.ring:
-                slots = ring_window(m, wmeta, m.slot_mapping, n, self.window, W)[1]
+                slots = ring_window(m, wmeta, m.slot_mapping, n, self.window, W, S)[1]
                 window_store(k[nd:], v[nd:], slots[nd:n], k_win, v_win)
         return out
 

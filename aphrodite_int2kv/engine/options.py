@@ -35,6 +35,7 @@ LEVELS = ("std", "minmax", "lloyd-max")
 DECODE_TILES = ("auto", "folded", "per-code")
 FORMATS = ("tokens", "tiles")
 TILE = 64                # tokens per tile of the `tiles` format
+TILE_SINKS = 4           # the first positions of each sequence, kept in the recent window in full precision (`tiles`)
 # settings of the per-token format only: a user who sets one with FORMAT=tiles is told so
 TOKEN_FORMAT_ONLY = ("GROUP_SIZE", "K_CLIP", "V_CLIP", "LEVELS", "K_CENTER_SKIP", "K_CENTER_FIRST", "DECODE_TILE")
 

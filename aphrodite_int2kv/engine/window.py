@@ -66,6 +66,17 @@ def window_block_size(int2_block_size: int, head_size: int, slot_bytes: int, dty
     return num // den
 
 
+def window_slot(pos: torch.Tensor, page_tokens: int, sinks: int, ring: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """(block-table column, offset in the page) of positions `pos` in the window cache, as the
+    kernels read it (kernels/common.py window_slot): paged, position p at offset p % page_tokens of
+    column p // page_tokens; a ring, one page whose first `sinks` slots hold the sequence's first
+    positions for its whole life and whose other slots are a ring over the positions after them."""
+    if not ring:
+        return pos // page_tokens, pos % page_tokens
+    slots = page_tokens - sinks
+    return torch.zeros_like(pos), torch.where(pos < sinks, pos, sinks + (pos - sinks) % slots)
+
+
 class Int2WindowBackend(AttentionBackend):
     """Sizes and describes the window cache; it has no attention impl of its own."""
     accept_output_buffer: bool = True
@@ -164,10 +175,11 @@ class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
         dtype = aphrodite_config.model_config.dtype
         if dtype not in (torch.float16, torch.bfloat16):
             raise Int2ConfigError(f"int2 KV recent window: model dtype {dtype} is not float16/bfloat16")
-        from aphrodite_int2kv.engine.options import options
+        from aphrodite_int2kv.engine.options import TILE_SINKS, options
 
         int2_block = aphrodite_config.cache_config.block_size
         padded = options().tiles
+        sinks = TILE_SINKS if padded else 0
         block = window_block_size(int2_block, self.head_size, self.slot_bytes, dtype.itemsize, padded=padded)
         common = dict(block_size=block, num_kv_heads=self.num_kv_heads, head_size=self.head_size,
                       dtype=dtype, sliding_window=self.window)
@@ -175,15 +187,20 @@ class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
         if padded and int2_page != block * self.num_kv_heads * 2 * self.head_size * dtype.itemsize:
             common["page_size_padded"] = int2_page        # the int2 page's bytes; the engine strides by it
         if not window_budget_managed():
+            if sinks:
+                raise Int2ConfigError("APHRODITE_INT2KV_FORMAT=tiles keeps each sequence's first tokens in the recent "
+                                      "window, which needs the plugin's window manager; this engine's block manager "
+                                      "has an API it does not know: use APHRODITE_INT2KV_FORMAT=tokens")
             return SlidingWindowSpec(**common)
         cache = aphrodite_config.cache_config
         if cache.enable_prefix_caching and aphrodite_config.model_config.is_hybrid:
             _check_hybrid_prefix_hashing(cache.block_size, block)
-        if not cache.enable_prefix_caching and block >= self.window:
-            return Int2WindowSpec(**common, ring=True)
+        if not cache.enable_prefix_caching and block >= self.window + sinks:
+            return Int2WindowSpec(**common, ring=True, sinks=sinks)
         # hit points only where prefix caching is on (else they would only cost pages)
         align = math.lcm(cache.block_size, block) if cache.enable_prefix_caching else 0
-        return Int2WindowSpec(**common, hit_alignment=align, steps_in_flight=_steps_in_flight(aphrodite_config))
+        return Int2WindowSpec(**common, hit_alignment=align, steps_in_flight=_steps_in_flight(aphrodite_config),
+                              sinks=sinks)
 
 
 @functools.lru_cache(maxsize=None)   # asked per window layer at spec time; the answer is per engine
@@ -258,18 +275,25 @@ class Int2WindowSpec(SlidingWindowSpec):
     window plus a chunk. hit_alignment: the engine's prefix-hit granularity, lcm(int2 block,
     window block) (0: no hit-point pages); steps_in_flight: the engine's concurrent batches (0.24's
     async scheduling frees pages only once a step is processed); ring: one page per request, held
-    for its whole life (needs block_size >= sliding_window and no prefix caching)."""
+    for its whole life (needs block_size >= sliding_window + sinks and no prefix caching); sinks:
+    the request's first positions, held for its whole life (paged: its first page is never freed,
+    and a prefix hit needs it; ring: the page's first slots)."""
     hit_alignment: int = 0
     steps_in_flight: int = 1
     ring: bool = False
+    sinks: int = 0
 
     def __post_init__(self):
         parent = getattr(super(), "__post_init__", None)   # 0.21 has one, 0.24 not
         if parent is not None:
             parent()
-        if self.ring and (self.block_size < self.sliding_window or self.hit_alignment):
+        if self.ring and (self.block_size < self.sliding_window + self.sinks or self.hit_alignment):
             raise Int2ConfigError(f"int2 KV recent window: a ring of {self.block_size} tokens cannot hold a window of "
-                                  f"{self.sliding_window} (or prefix-hit points, {self.hit_alignment})")
+                                  f"{self.sliding_window} and {self.sinks} sinks (or prefix-hit points, "
+                                  f"{self.hit_alignment})")
+        if self.sinks > self.block_size:
+            raise Int2ConfigError(f"int2 KV recent window: {self.sinks} sinks do not fit a window page of "
+                                  f"{self.block_size} tokens; use a larger --block-size")
 
     def max_admission_blocks_per_request(self, *args, **kwargs) -> int:
         """Per request: the window before the oldest step in flight, the window after each step in
@@ -283,16 +307,62 @@ class Int2WindowSpec(SlidingWindowSpec):
         window = cdiv(live, self.block_size) + 1
         hit_point = cdiv(self.sliding_window - 1, self.block_size) if self.hit_alignment else 0
         steps = max(1, self.steps_in_flight)
-        return (1 + steps) * window + steps * hit_point
+        return (1 + steps) * window + steps * hit_point + (1 if self.sinks else 0)
 
 
 class Int2WindowManager(_stm.SlidingWindowManager):
     """Pages only for positions still inside the window after the scheduled step, plus the window
-    of one prefix-hit point per step."""
+    of one prefix-hit point per step, plus (spec.sinks) the request's first page for its life."""
 
     def __init__(self, kv_cache_spec, **kwargs):
         super().__init__(kv_cache_spec, **kwargs)
         self._dead_below: dict[str, int] = {}   # per request: blocks below this index are null
+
+    @classmethod
+    def find_longest_cache_hit(cls, block_hashes, max_length, kv_cache_group_ids, block_pool, kv_cache_spec,
+                               *args, **kwargs):
+        """The engine's sliding-window hit, which needs only the window before the hit point; with
+        sinks, the request's first page too (a hit without it is no hit)."""
+        found = super().find_longest_cache_hit(block_hashes, max_length, kv_cache_group_ids, block_pool,
+                                               kv_cache_spec, *args, **kwargs)
+        if not getattr(kv_cache_spec, "sinks", 0):
+            return found
+        with_length = _manager_api() == "0.24"         # 0.24 returns (blocks, hit length)
+        computed = found[0] if with_length else found
+        if not computed[0] or computed[0][0] is not block_pool.null_block:
+            return found
+        resolve = getattr(_stm, "resolve_block_hashes", None)   # 0.24: hashes at the group's block size
+        if resolve is not None:
+            alignment = kwargs.get("alignment_tokens", args[1] if len(args) > 1 else None)
+            block_hashes = resolve(block_hashes, block_pool.hash_block_size, kv_cache_spec.block_size,
+                                   supports_fine_grained_hash_lookup=cls.supports_fine_grained_hash_lookup,
+                                   alignment_tokens=alignment)
+        first = block_pool.get_cached_block(block_hashes[0], kv_cache_group_ids)
+        if first is None:
+            empty = tuple([] for _ in computed)
+            return (empty, 0) if with_length else empty
+        for blocks, block in zip(computed, first):
+            blocks[0] = block
+        return found
+
+    def _hold_first_page(self, request_id, new_computed_blocks) -> None:
+        """A prefix hit's first page (the sinks), which the engine replaced by the null page as out
+        of the window: held by the request again."""
+        if not self.kv_cache_spec.sinks or not new_computed_blocks:
+            return
+        blocks, first = self.req_to_blocks[request_id], new_computed_blocks[0]
+        if blocks and blocks[0] is self._null_block and first is not self._null_block:
+            if self.enable_caching:
+                self.block_pool.touch([first])
+            blocks[0] = first
+
+    def allocate_new_computed_blocks(self, request_id, new_computed_blocks, *args, **kwargs):   # 0.21-0.23
+        super().allocate_new_computed_blocks(request_id, new_computed_blocks, *args, **kwargs)
+        self._hold_first_page(request_id, new_computed_blocks)
+
+    def add_local_computed_blocks(self, request_id, new_computed_blocks, *args, **kwargs):      # 0.24
+        super().add_local_computed_blocks(request_id, new_computed_blocks, *args, **kwargs)
+        self._hold_first_page(request_id, new_computed_blocks)
 
     def _first_live_block(self, num_tokens: int) -> int:
         return self.get_num_skipped_tokens(num_tokens) // self.block_size
@@ -322,7 +392,13 @@ class Int2WindowManager(_stm.SlidingWindowManager):
         local = len(new_computed_blocks) + held
         evictable = self._get_num_evictable_blocks(new_computed_blocks[max(0, skipped - held):])
         first_new = max(local, skipped)
-        return (max(required - max(first_new, live_from), 0) + evictable
+        sinks = 0
+        if self.kv_cache_spec.sinks:     # the first page: a new one, or the hit's if it was skipped above
+            if first_new == 0 and live_from > 0:
+                sinks = 1
+            elif skipped > held and new_computed_blocks and not held:
+                sinks = self._get_num_evictable_blocks(new_computed_blocks[:1])
+        return (max(required - max(first_new, live_from), 0) + evictable + sinks
                 + len(self._hit_point_blocks(num_tokens, first_new, live_from)))
 
     def allocate_new_blocks(self, request_id, num_tokens, num_tokens_main_model):
@@ -335,7 +411,9 @@ class Int2WindowManager(_stm.SlidingWindowManager):
         first_new = len(blocks)
         live_from = self._first_live_block(num_tokens)
         if first_new < live_from:   # positions out of the window after this step: the null page
-            keep = self._hit_point_blocks(num_tokens, first_new, live_from)
+            keep = set(self._hit_point_blocks(num_tokens, first_new, live_from))
+            if self.kv_cache_spec.sinks and first_new == 0:
+                keep.add(0)         # except the first page: the sinks
             pages = self.block_pool.get_new_blocks(len(keep))
             if getattr(self, "_record_new_block_ids", False):   # 0.24: worker-side zeroing
                 self.new_block_ids.extend(b.block_id for b in pages)
@@ -353,7 +431,7 @@ class Int2WindowManager(_stm.SlidingWindowManager):
             return
         blocks = self.req_to_blocks[request_id]
         end = min(self.get_num_skipped_tokens(computed_tokens) // self.block_size, len(blocks))
-        start = self._dead_below.get(request_id, 0)
+        start = self._dead_below.get(request_id, 1 if self.kv_cache_spec.sinks else 0)   # the sinks' page stays
         removed = []
         for i in range(start, end):
             if blocks[i] is not self._null_block:

@@ -476,16 +476,32 @@ def int2_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, first, t
 
 
 @triton.jit
+def window_slot(tok, WBS: tl.constexpr, RING: tl.constexpr):
+    """(table column, offset in the page) of positions `tok` in the recent window (docs/format.md,
+    "Recent window"): paged (RING = 0), position p at offset p % WBS of page p // WBS; a ring
+    (RING > 0), one page whose first WBS - RING slots hold the sequence's first positions for its
+    whole life and whose last RING slots are a ring over the positions after them."""
+    if RING == 0:
+        col = tok // WBS
+        off = tok % WBS
+    else:
+        col = tok * 0
+        off = tl.where(tok < WBS - RING, tok, (WBS - RING) + (tok - (WBS - RING)) % RING)
+    return col, off
+
+
+@triton.jit
 def window_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi, wtable_row, head_off,
-                stride_wb, stride_ws, wk_ptr, wv_ptr, qk_scale, qc, WBS: tl.constexpr,
+                stride_wb, stride_ws, wk_ptr, wv_ptr, qk_scale, qc, WBS: tl.constexpr, RING: tl.constexpr,
                 ROWS: tl.constexpr, N: tl.constexpr, W: tl.constexpr, DOT: tl.constexpr, SINKS: tl.constexpr):
-    """Positions [lo, hi) of one sequence from the paged full-precision window cache (positions
-    < SINKS, uncentered, get -qc)."""
+    """Positions [lo, hi) of one sequence from the full-precision window cache, paged or a ring
+    (window_slot); positions < SINKS, uncentered, get -qc."""
     for n0 in range(lo, hi, N):
         tok = n0 + tl.arange(0, N)
         nmask = tok < hi
-        page = tl.load(wtable_row + tok // WBS, mask=nmask, other=0)
-        row = page.to(tl.int64) * stride_wb + (tok % WBS) * stride_ws + head_off
+        col, off = window_slot(tok, WBS, RING)
+        page = tl.load(wtable_row + col, mask=nmask, other=0)
+        row = page.to(tl.int64) * stride_wb + off * stride_ws + head_off
         m_i, l_i, acc0, acc1, acc2, acc3 = fp_tile(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, wk_ptr + row, wv_ptr + row, nmask,
             qk_scale, tok, qc, ROWS, N, W, DOT, SINKS)

@@ -251,7 +251,7 @@ def _int2_decode_tail_kernel(
         m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, lo, hi,
             wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
-            qk_scale, qc, WBS, BLOCK_H, TAIL_N, W, DOT, SINKS)
+            qk_scale, qc, WBS, 0, BLOCK_H, TAIL_N, W, DOT, SINKS)
     store_partial(part_out_ptr, part_lse_ptr, q_head * num_slots + tail_base + batch * tails + tail,
                   hmask, m_i, l_i, acc0, acc1, acc2, acc3, D, W)
 

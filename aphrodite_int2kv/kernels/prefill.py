@@ -88,7 +88,7 @@ def _int2_prefill_kernel(
         m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, win_start, prefix_len,
             wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
-            qk_scale, qc, WBS, BLOCK_M, BLOCK_N, W, DOT, SINKS)
+            qk_scale, qc, WBS, 0, BLOCK_M, BLOCK_N, W, DOT, SINKS)
 
     # Phase 2: the chunk itself in full precision, causal (chunk key j visible to row i if j <= i).
     m_i, l_i, acc0, acc1, acc2, acc3 = chunk_span(

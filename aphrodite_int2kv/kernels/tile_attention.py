@@ -77,12 +77,13 @@ def _v_quarter(acc, alpha, pn, pn_sum, rec_u8, rec, vs_unit, vz_unit, c: tl.cons
 
 
 @triton.jit
-def tile_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, hi, table_row, head_off, stride_page,
+def tile_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, lo, hi, table_row, head_off, stride_page,
               rec_u8, rec_f16, qk_scale, BLOCK_SIZE: tl.constexpr, T: tl.constexpr, D: tl.constexpr,
               W: tl.constexpr, TILE_BYTES: tl.constexpr, OFF_KH: tl.constexpr, OFF_V: tl.constexpr,
               OFF_KN: tl.constexpr, OFF_VN: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
               OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, OFF_PEAKS: tl.constexpr, DOT: tl.constexpr):
-    """Tiles [t0, t1) of one sequence from its tile records, positions >= hi masked: tile i of the
+    """Tiles [t0, t1) of one sequence from its tile records, positions outside [lo, hi) masked (lo:
+    the sinks, read from the window, left out of tile 0's record): tile i of the
     sequence is record (i T % BLOCK_SIZE) / T of page table_row[i T / BLOCK_SIZE]. Rows are query
     rows of one KV head: a chunk's tokens (prefill) or a KV group's query heads (split decode)."""
     toks = tl.arange(0, T)
@@ -100,7 +101,7 @@ def tile_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, hi, tabl
         d3, z3 = _k_quarter(q3, rec_u8, rec, ks_unit, kz_unit, 3, T, D, W, OFF_KH, OFF_KS, OFF_KZ, DOT)
         k_norm = tl.load(rec_f16 + (rec + OFF_KN) // 2 + toks).to(tl.float32)
         s = (d0 + d1 + d2 + d3 + (z0 + z1 + z2 + z3)[:, None]) * k_norm[None, :]
-        s = tl.where(((first + toks) < hi)[None, :], s * qk_scale, float("-inf"))
+        s = tl.where(((first + toks >= lo) & (first + toks < hi))[None, :], s * qk_scale, float("-inf"))
         m_i, l_i, alpha, p = softmax_step(m_i, l_i, s)
         pn = p * tl.load(rec_f16 + (rec + OFF_VN) // 2 + toks).to(tl.float32)[None, :]
         pn_sum = tl.sum(pn, axis=1)
@@ -125,7 +126,8 @@ def _tile_attention_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TILE_BYTES: tl.constexpr,
     OFF_KH: tl.constexpr, OFF_V: tl.constexpr, OFF_KN: tl.constexpr, OFF_VN: tl.constexpr,
     OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-    OFF_PEAKS: tl.constexpr, DOT: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr,
+    OFF_PEAKS: tl.constexpr, DOT: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr, RING: tl.constexpr,
+    SINKS: tl.constexpr,
 ):
     W: tl.constexpr = D // 4
     q_block = tl.program_id(0)
@@ -144,18 +146,24 @@ def _tile_attention_kernel(
     q0, q1, q2, q3 = chunk_queries(q_ptr, q_start, rows, rmask, q_head, stride_qt, stride_qh, W, DOT)
     m_i, l_i, acc0, acc1, acc2, acc3 = empty_state(BLOCK_M, W)
 
-    # The prefix: tiles up to the window of the chunk's first token, its last WINDOW - 1 tokens
-    # from the window (later tokens of the chunk see at least that much in full precision).
+    # The prefix: the first SINKS positions from the window, tiles up to the window of the chunk's
+    # first token, its last WINDOW - 1 tokens from the window (later tokens of the chunk see at
+    # least that much in full precision).
     win_start = tl.maximum(prefix_len - (WINDOW - 1), 0)
+    no_center = tl.zeros([BLOCK_M], tl.float32)
+    m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
+        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.minimum(win_start, SINKS),
+        wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
+        qk_scale, no_center, WBS, RING, BLOCK_M, BLOCK_N, W, DOT, 0)
     m_i, l_i, acc0, acc1, acc2, acc3 = tile_span(
-        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.cdiv(win_start, T), win_start,
+        m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.cdiv(win_start, T), SINKS, win_start,
         block_table_ptr + batch * stride_bt,
         kv_head * stride_head, stride_page, rec_u8, rec_f16, qk_scale, BLOCK_SIZE, T, D, W, TILE_BYTES,
         OFF_KH, OFF_V, OFF_KN, OFF_VN, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, OFF_PEAKS, DOT)
     m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, win_start, prefix_len,
         wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
-        qk_scale, tl.zeros([BLOCK_M], tl.float32), WBS, BLOCK_M, BLOCK_N, W, DOT, 0)   # no sinks
+        qk_scale, no_center, WBS, RING, BLOCK_M, BLOCK_N, W, DOT, 0)
     # The chunk itself in full precision, causal.
     m_i, l_i, acc0, acc1, acc2, acc3 = chunk_span(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, rows, tl.minimum(q_len, (q_block + 1) * BLOCK_M),
@@ -170,22 +178,29 @@ def record_args(pages: TilePages):
     return pages.flat, pages.as_f16(), pages.page_stride, pages.head_stride
 
 
-def record_constants(pages: TilePages, window) -> dict:
-    """The byte layout (docs/format.md) and the window's shape as the kernels' constexprs."""
+def record_constants(pages: TilePages, window, sinks: int, ring: bool) -> dict:
+    """The byte layout (docs/format.md) and the window's shape as the kernels' constexprs: the
+    first `sinks` positions of each sequence read from the window (left out of tile 0's record),
+    the window paged or a ring (kernels/common.py window_slot)."""
     L = pages.layout
+    wbs = window[0].shape[1]
+    if sinks >= L.tile or (ring and wbs - sinks < window[3]):
+        raise ValueError(f"tile kernels: {sinks} sinks with tiles of {L.tile} and a {'ring' if ring else 'paged'} "
+                         f"window of {window[3]} in pages of {wbs}")
     return dict(BLOCK_SIZE=pages.per_page * L.tile, T=L.tile, D=L.head_dim, TILE_BYTES=L.tile_bytes,
                 OFF_KH=L.k_high, OFF_V=L.v_codes, OFF_KN=L.k_norm, OFF_VN=L.v_norm, OFF_KS=L.k_scale,
                 OFF_KZ=L.k_zero, OFF_VS=L.v_scale, OFF_VZ=L.v_zero, OFF_PEAKS=L.peaks,
-                WINDOW=int(window[3]), WBS=window[0].shape[1])
+                WINDOW=int(window[3]), WBS=wbs, RING=wbs - sinks if ring else 0, SINKS=sinks)
 
 
 def tile_attention(q_rot, k_rot, v_rot, pages: TilePages, block_table, query_start_loc, seq_lens,
-                   max_query_len: int, sm_scale: float, window, out=None,
+                   max_query_len: int, sm_scale: float, window, out=None, sinks: int = 0, ring: bool = False,
                    block_m: int | None = None, block_n: int = 32):
     """q_rot [N, Hq, D], k_rot/v_rot [N, Hkv, D] (the step's new tokens, rotated) -> out [N, Hq, D]
     (rotated). Request b's new tokens are query_start_loc[b] .. [b+1], the last of its seq_lens[b];
     its prefix is read from its tile records (through block_table's pages) up to the window of the
-    chunk's first token, and from the recent window `window` = (k_win, v_win, table, R) after it.
+    chunk's first token, and from the recent window `window` = (k_win, v_win, table, R) after it;
+    its first `sinks` positions from the window too (paged, or a `ring`: kernels/common.py window_slot).
     Decodes are chunks of one token (their own K/V come in k_rot / v_rot)."""
     N, Hq, D = q_rot.shape
     Hkv = k_rot.shape[1]
@@ -211,6 +226,6 @@ def tile_attention(q_rot, k_rot, v_rot, pages: TilePages, block_table, query_sta
         sm_scale * LOG2E,
         *_window_args(window, q_rot),
         RATIO=Hq // Hkv, BLOCK_M=block_m, BLOCK_N=block_n, DOT=dot_dtype(q_rot.dtype), num_warps=4,
-        **record_constants(pages, window),
+        **record_constants(pages, window, sinks, ring),
     )
     return out

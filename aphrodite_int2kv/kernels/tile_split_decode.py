@@ -42,7 +42,8 @@ def _tile_split_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, TILE_BYTES: tl.constexpr,
     OFF_KH: tl.constexpr, OFF_V: tl.constexpr, OFF_KN: tl.constexpr, OFF_VN: tl.constexpr,
     OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-    OFF_PEAKS: tl.constexpr, DOT: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr,
+    OFF_PEAKS: tl.constexpr, DOT: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr, RING: tl.constexpr,
+    SINKS: tl.constexpr,
 ):
     W: tl.constexpr = D // 4
     split = tl.program_id(0)
@@ -62,16 +63,21 @@ def _tile_split_kernel(
         t0 = split * per
         t1 = tl.minimum(t0 + per, tiles)
         m_i, l_i, acc0, acc1, acc2, acc3 = tile_span(
-            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, win_start,
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, SINKS, win_start,
             block_table_ptr + batch * stride_bt, kv_head * stride_head, stride_page, rec_u8, rec_f16, qk_scale,
             BLOCK_SIZE, T, D, W, TILE_BYTES, OFF_KH, OFF_V, OFF_KN, OFF_VN, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ,
             OFF_PEAKS, DOT)
     else:
         no_center = tl.zeros([BLOCK_H], tl.float32)
+        # the sinks (the first SINKS positions, left out of tile 0's record), then the window
+        m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
+            m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.minimum(win_start, SINKS),
+            wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
+            qk_scale, no_center, WBS, RING, BLOCK_H, BLOCK_N, W, DOT, 0)
         m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, win_start, seq_len - 1,
             wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
-            qk_scale, no_center, WBS, BLOCK_H, BLOCK_N, W, DOT, 0)
+            qk_scale, no_center, WBS, RING, BLOCK_H, BLOCK_N, W, DOT, 0)
         # the token itself: one valid row of a BLOCK_N-row tile (the dot's smallest shape)
         own = tl.arange(0, BLOCK_N) < tl.minimum(seq_len, 1)
         k_own = k_ptr + batch * stride_kb + kv_head * stride_kh + tl.zeros([BLOCK_N], tl.int64)
@@ -119,11 +125,13 @@ def tile_decode_splits(batch: int, head_programs: int, num_sms: int) -> int:
 
 
 def tile_split_decode(q_rot, k_rot, v_rot, pages: TilePages, block_table, seq_lens, sm_scale: float, window,
-                out=None, num_splits: int | None = None, block_h: int = 16, block_n: int = 16):
+                out=None, num_splits: int | None = None, sinks: int = 0, ring: bool = False,
+                block_h: int = 16, block_n: int = 16):
     """q_rot [B, Hq, D] (one token per sequence, the last of its seq_lens[b]), k_rot / v_rot
     [B, Hkv, D] the tokens' own K / V -> out [B, Hq, D], all rotated. The prefix before the token's
     recent window is read from the tile records through block_table's pages; the window
-    `window` = (k_win, v_win, table, R) after it, as tile_attention reads a decode."""
+    `window` = (k_win, v_win, table, R) after it and the first `sinks` positions from the window
+    (paged, or a `ring`), as tile_attention reads a decode."""
     B, Hq, D = q_rot.shape
     Hkv = k_rot.shape[1]
     L = pages.layout
@@ -151,7 +159,7 @@ def tile_split_decode(q_rot, k_rot, v_rot, pages: TilePages, block_table, seq_le
         sm_scale * LOG2E, num_splits,
         *_window_args(window, q_rot),
         RATIO=ratio, TILES=tiles, BLOCK_H=block_h, BLOCK_N=block_n, DOT=dot_dtype(q_rot.dtype), num_warps=4,
-        **record_constants(pages, window),
+        **record_constants(pages, window, sinks, ring),
     )
     _tile_merge_kernel[(B, Hq)](part_out, part_lse, num_splits, out, out.stride(0), out.stride(1),
                                 D=D, CHUNK=8, num_warps=4)

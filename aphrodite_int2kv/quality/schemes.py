@@ -355,10 +355,12 @@ def standard_schemes():
 
 def engine_tiles_scheme() -> Scheme:
     """What the engine stores with APHRODITE_INT2KV_FORMAT=tiles: K3 / V2 channel tiles of 64, 8-bit
-    metadata, no sinks, the last 128 positions in full precision and every earlier one read from its
-    tile's record (no staging tile)."""
-    return Scheme("engine FORMAT=tiles: K3 V2 tile64 meta8 + recent128", "tiles", k_bits=3, v_bits=2, tile=64,
-                  v_tiles=True, meta_bits=8, recent=128, tile_staging=False)
+    metadata, the first 4 positions (sinks, left out of tile 0's ranges) and the last 128 in full
+    precision, every other one read from its tile's record (no staging tile)."""
+    from aphrodite_int2kv.engine.options import TILE, TILE_SINKS
+
+    return Scheme(f"engine FORMAT=tiles: K3 V2 tile{TILE} meta8 + sink{TILE_SINKS} + recent128", "tiles", k_bits=3,
+                  v_bits=2, tile=TILE, v_tiles=True, meta_bits=8, recent=128, sink=TILE_SINKS, tile_staging=False)
 
 
 def longctx_schemes(sweep: bool = False):
