@@ -515,18 +515,21 @@ def _schedule(mgr, computed, num_tokens):
     return need, mgr.allocate_new_blocks("r", num_tokens, num_tokens)
 
 
-def test_window_manager_keeps_only_the_live_window_pages(registered):
+@pytest.mark.parametrize("sinks", [0, 4])
+def test_window_manager_keeps_only_the_live_window_pages(registered, sinks):
     """The engine's BlockPool driven as its scheduler does (remove_skipped_blocks, count,
     allocate per step) through our window manager: chunked prefill then decode. After each step
     exactly the pages of positions >= L - R + 1 are real, the budget is never exceeded, the count
     predicts the allocation, the worker's block table (the first step's full list, then each step's
     returned blocks appended, as the scheduler sends them) maps every live position to its page,
-    and every page returns to the pool at the end."""
+    and every page returns to the pool at the end. With sinks (FORMAT=tiles) the first page is held
+    too, from the first step to the end."""
     from aphrodite_int2kv.engine.window import Int2WindowSpec, window_budget_managed
 
     assert window_budget_managed()
     R, W = 128, 48
-    spec = Int2WindowSpec(block_size=W, num_kv_heads=8, head_size=128, dtype=torch.bfloat16, sliding_window=R)
+    spec = Int2WindowSpec(block_size=W, num_kv_heads=8, head_size=128, dtype=torch.bfloat16, sliding_window=R,
+                          sinks=sinks)
     mgr, pool = _window_manager(spec, 200)
     cap = spec.max_admission_blocks_per_request(2048, 32768)
     free0 = pool.get_num_free_blocks()
@@ -543,11 +546,13 @@ def test_window_manager_keeps_only_the_live_window_pages(registered):
         peak = max(peak, len(real))
         first_live = max(0, num_tokens - R + 1) // W
         assert all(not blocks[i].is_null for i in range(first_live, len(blocks)))   # the window has pages
+        assert blocks[0].is_null == (not sinks and first_live > 0)                   # the sinks' page
         assert len(blocks) == -(-num_tokens // W)
         computed = num_tokens
-    assert peak <= cap < 10                  # the engine's own SlidingWindowManager budgets 47 pages here
+    assert peak <= cap < 11                  # the engine's own SlidingWindowManager budgets 47 pages here
     mgr.remove_skipped_blocks("r", computed)
-    assert len([b for b in mgr.req_to_blocks["r"] if not b.is_null]) <= -(-(R - 1) // W) + 1
+    real = [i for i, b in enumerate(mgr.req_to_blocks["r"]) if not b.is_null]
+    assert len(real) <= -(-(R - 1) // W) + 1 + (1 if sinks else 0) and (0 in real) == bool(sinks)
     mgr.free("r")
     assert pool.get_num_free_blocks() == free0
 

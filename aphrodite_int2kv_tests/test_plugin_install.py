@@ -42,18 +42,21 @@ def test_register_touches_no_cuda(engine):
     """register() neither initialises CUDA nor asks anything of a device: every torch.cuda call
     that would (lazy init, device count and properties, current / set device) is recorded, so the
     check fails on a CPU-only torch too, where is_initialized() is False whatever happens."""
-    code = ("import torch, aphrodite_int2kv\n"
-            "calls = []\n"
+    code = ("import torch, traceback, aphrodite_int2kv\n"
+            "calls, callers = [], []\n"
             "for name in ('_lazy_init', 'init', 'device_count', 'current_device', 'set_device',\n"
             "             'get_device_properties', 'get_device_capability', 'get_device_name', 'synchronize'):\n"
             "    real = getattr(torch.cuda, name)\n"
             "    def spy(*a, _real=real, _name=name, **k):\n"
             "        calls.append(_name)\n"
+            "        callers.append(_name + ' from ' + ' <- '.join(f'{f.filename}:{f.lineno}' for f in\n"
+            "                                                    traceback.extract_stack()[-8:-1][::-1]))\n"
             "        return _real(*a, **k)\n"
             "    setattr(torch.cuda, name, spy)\n"
             "aphrodite_int2kv.register()\naphrodite_int2kv.register()\n"
             "print('CUDA_CALLS', sorted(set(calls)))\n"
-            "print('CUDA_INIT', torch.cuda.is_initialized())\n")
+            "print('CUDA_INIT', torch.cuda.is_initialized())\n"
+            "print('CALLERS', *callers, sep='\\n')\n")
     res = run_python(code)
     assert "CUDA_CALLS []" in res.stdout and "CUDA_INIT False" in res.stdout, res.stdout + res.stderr[-2000:]
     # the spies do see a call that would touch the device

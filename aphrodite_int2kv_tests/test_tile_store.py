@@ -158,3 +158,14 @@ def test_the_kernels_compute_what_the_harness_measured():
     wq, wf = torch.exp(lse - m), torch.exp(lse_f - m)
     got = ((out * wq[:, None] + out_f * wf[:, None]) / (wq + wf)[:, None]) @ H.T
     assert torch.allclose(got, want, atol=1e-4, rtol=1e-4), (got - want).abs().max()
+
+
+def test_tile_store_takes_no_tiles():
+    """A step that completes no tile (a prefill after a prefix hit, inside one tile) stores nothing,
+    whatever strides the empty gather has."""
+    layout = TileLayout(128, 64)
+    records = torch.zeros(2, 2, layout.tile_bytes, dtype=torch.uint8, device=DEVICE)
+    empty = torch.empty(0, 64, 2, 128, device=DEVICE).transpose(1, 2).contiguous()
+    tile_store(empty, empty, torch.zeros(0, dtype=torch.int32, device=DEVICE),
+               torch.zeros(0, dtype=torch.int64, device=DEVICE), records, layout)
+    assert (records == 0).all()

@@ -97,6 +97,7 @@ def tiles_row(timer, args, B, S, Hq, Hkv, D, bf16, best, copy_gbps, env) -> dict
     """--format tiles: the channel-tile format's split decode (kernels/tile_split_decode.py) as the
     engine launches it (pages of 128 tokens, splits from the batch size and the GPU, the 128-token
     bf16 window and the token's own K/V) on random records, timed like the per-token int2 rows."""
+    from aphrodite_int2kv.engine.options import TILE_SINKS
     from aphrodite_int2kv.int2.tile_format import TileLayout, TilePages
     from aphrodite_int2kv.kernels.limits import device_limits
     from aphrodite_int2kv.kernels.tile_split_decode import tile_decode_splits, tile_split_decode
@@ -113,23 +114,33 @@ def tiles_row(timer, args, B, S, Hq, Hkv, D, bf16, best, copy_gbps, env) -> dict
     q = torch.randn(B, Hq, D, device="cuda", dtype=torch.bfloat16)
     kv = torch.randn(B, Hkv, D, device="cuda", dtype=torch.bfloat16)
     win = window_pages(B, S, Hkv, D, R, 16)
-    splits = tile_decode_splits(B, Hkv * math.ceil(Hq // Hkv / 16), device_limits(q.device).num_sms)
+    planned = tile_decode_splits(B, Hkv * math.ceil(Hq // Hkv / 16), device_limits(q.device).num_sms)
     out = torch.empty_like(q)
-    fn = lambda: tile_split_decode(q, kv, kv, pages, table, seq, D ** -0.5, win, out=out, num_splits=splits)  # noqa: E731
-    try:
-        us = timer.median_us(fn, iters=args.iters)
-    except Exception:
-        traceback.print_exc()
-        us = float("nan")
+    rows = []
+    for splits in [int(x) or planned for x in args.tile_splits.split(",")]:
+        fn = lambda: tile_split_decode(q, kv, kv, pages, table, seq, D ** -0.5, win, out=out,  # noqa: E731
+                                       num_splits=splits, sinks=TILE_SINKS)
+        try:
+            us = timer.median_us(fn, iters=args.iters, name=f"tiles/{splits}")
+        except Exception:
+            traceback.print_exc()
+            us = float("nan")
+        rows.append(_tiles_result(us, splits, splits == planned, B, S, Hq, Hkv, D, L, BS, R, bf16, best, copy_gbps,
+                                  env))
+    return rows
+
+
+def _tiles_result(us, splits, planned, B, S, Hq, Hkv, D, L, BS, R, bf16, best, copy_gbps, env) -> dict:
     nbytes = B * S * Hkv * L.token_bytes
     row = dict(context_len=S, batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, int2_format="tiles",
-               tile=64, block_size=BS, window=R, num_splits=splits, int2_us=round(us, 2),
+               tile=64, block_size=BS, window=R, num_splits=splits, planned_splits=planned, int2_us=round(us, 2),
                bf16_us=round(bf16[best], 2) if best else None, bf16_kernel=best,
                bf16_all_us={k: round(v, 2) for k, v in bf16.items()},
                speedup=round(bf16[best] / us, 3) if best else None, int2_bytes_read=nbytes,
                int2_GBps=round(nbytes / us / 1e3, 1), copy_GBps=round(copy_gbps, 1),
                frac_copy=round(nbytes / us / 1e3 / copy_gbps, 3), env=env)
-    log(f"Hq{Hq}/kv{Hkv}/D{D} S={S:>6} B={B:>2} tiles: {us:8.1f} us ({row['int2_GBps']:6.0f} GB/s)  "
+    log(f"Hq{Hq}/kv{Hkv}/D{D} S={S:>6} B={B:>2} tiles/{splits:<2}{'*' if planned else ' '}: {us:8.1f} us "
+        f"({row['int2_GBps']:6.0f} GB/s)  "
         f"bf16 {row['bf16_us']} us [{best}]  speedup {row['speedup']}")
     return row
 
@@ -174,6 +185,7 @@ class Timer:
                 why = f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}"
                 self.eager[name] = why
                 log(f"    ({name}: CUDA graph capture failed: {why}; timing eager launches)")
+                log("".join(traceback.format_exception(exc)[-6:]))
                 torch.cuda.synchronize()
         times = []
         for _ in range(iters):
@@ -404,6 +416,8 @@ def main():
     ap.add_argument("--precompile", type=int, default=0,
                     help="compile every shape's int2 launch first in this many processes (Triton's on-disk cache "
                          "is shared): a sweep of many head shapes otherwise spends most of its time compiling")
+    ap.add_argument("--tile-splits", default="0",
+                    help="--format tiles: record splits per sequence to time, comma-separated (0: the planner's)")
     ap.add_argument("--format", choices=("tokens", "tiles"), default="tokens",
                     help="int2 format: per-token slots (int2_decode), or channel tiles (tile_split_decode)")
     ap.add_argument("--out", default="decode_attention_h200.json")
@@ -451,7 +465,7 @@ def main():
                 if args.cooldown:
                     time.sleep(args.cooldown)
                 if args.format == "tiles":
-                    rows.append(tiles_row(timer, args, B, S, Hq, Hkv, D, bf16, best, copy_gbps, env))
+                    rows.extend(tiles_row(timer, args, B, S, Hq, Hkv, D, bf16, best, copy_gbps, env))
                 for G in map(int, args.group_sizes.split(",")) if args.format == "tokens" else ():
                     if D % G:
                         continue

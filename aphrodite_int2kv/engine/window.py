@@ -356,14 +356,6 @@ class Int2WindowManager(_stm.SlidingWindowManager):
                 self.block_pool.touch([first])
             blocks[0] = first
 
-    def allocate_new_computed_blocks(self, request_id, new_computed_blocks, *args, **kwargs):   # 0.21-0.23
-        super().allocate_new_computed_blocks(request_id, new_computed_blocks, *args, **kwargs)
-        self._hold_first_page(request_id, new_computed_blocks)
-
-    def add_local_computed_blocks(self, request_id, new_computed_blocks, *args, **kwargs):      # 0.24
-        super().add_local_computed_blocks(request_id, new_computed_blocks, *args, **kwargs)
-        self._hold_first_page(request_id, new_computed_blocks)
-
     def _first_live_block(self, num_tokens: int) -> int:
         return self.get_num_skipped_tokens(num_tokens) // self.block_size
 
@@ -444,6 +436,23 @@ class Int2WindowManager(_stm.SlidingWindowManager):
     def free(self, request_id):
         self._dead_below.pop(request_id, None)
         super().free(request_id)
+
+
+def _holding_first_page(name: str):
+    """The base class's method that adds a new request's prefix-hit blocks, then _hold_first_page."""
+    base = getattr(_stm.SlidingWindowManager, name)
+
+    @functools.wraps(base)
+    def method(self, request_id, new_computed_blocks, *args, **kwargs):
+        base(self, request_id, new_computed_blocks, *args, **kwargs)
+        self._hold_first_page(request_id, new_computed_blocks)
+    return method
+
+
+# 0.21-0.23 name it allocate_new_computed_blocks, 0.24 add_local_computed_blocks
+for _name in ("allocate_new_computed_blocks", "add_local_computed_blocks"):
+    if hasattr(_stm.SlidingWindowManager, _name):
+        setattr(Int2WindowManager, _name, _holding_first_page(_name))
 
 
 # The base-class methods Int2WindowManager overrides, as each engine API names their parameters.

@@ -119,9 +119,10 @@ def _tile_merge_kernel(part_out_ptr, part_lse_ptr, num_splits, out_ptr, stride_o
 
 
 def tile_decode_splits(batch: int, head_programs: int, num_sms: int) -> int:
-    """Record splits per sequence: enough programs to fill the GPU about twice (each reads at least
-    one tile), at most 64; from the batch size and the GPU only (CUDA graphs)."""
-    return max(1, min(64, -(-2 * num_sms // max(1, batch * head_programs))))
+    """Record splits per sequence: about 16 programs per SM (each walks its tiles one after another,
+    waiting on every record's loads, so it takes many programs in flight to keep the memory busy),
+    at most 64; from the batch size and the GPU only (CUDA graphs)."""
+    return max(1, min(64, -(-16 * num_sms // max(1, batch * head_programs))))
 
 
 def tile_split_decode(q_rot, k_rot, v_rot, pages: TilePages, block_table, seq_lens, sm_scale: float, window,

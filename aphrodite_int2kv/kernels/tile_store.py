@@ -152,11 +152,11 @@ def tile_store(k_rot: torch.Tensor, v_rot: torch.Tensor, exclude: torch.Tensor, 
             raise ValueError(f"tile_store: records must be contiguous uint8 [R, {H}, {layout.tile_bytes}], got "
                              f"{records.dtype} {tuple(records.shape)}")
         records = TilePages.of_records(records, layout)
+    if N == 0:     # (an empty tensor's strides are arbitrary)
+        return
     if k_rot.stride(-1) != 1 or k_rot.stride(-2) != D or v_rot.stride(-1) != 1 or v_rot.stride(-2) != D:
         raise ValueError("tile_store: each tile's [T, D] block must be contiguous")
     L = layout
-    if N == 0:
-        return
     _tile_store_kernel[(N, H)](
         k_rot, v_rot, exclude, dest, records.flat, records.as_f16(),
         k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1), records.page_stride, records.head_stride,
