@@ -39,30 +39,34 @@ def test_allow_list_without_us_means_not_loaded(engine):
 
 
 def test_register_touches_no_cuda(engine):
-    """register() neither initialises CUDA nor asks anything of a device: every torch.cuda call
-    that would (lazy init, device count and properties, current / set device) is recorded, so the
-    check fails on a CPU-only torch too, where is_initialized() is False whatever happens."""
+    """register() neither initialises CUDA nor asks anything of a device: every torch.cuda call that
+    would (lazy init, device count and properties, current / set device) is recorded with the first
+    caller outside torch, and none may come from this package; CUDA must not be initialised. (On a
+    GPU machine the engine's own modules, which register() imports and every engine process imports
+    anyway, ask torch.cuda.device_count() at import -- triton's drivers, torch's inductor, tvm_ffi
+    -- which reads the count through NVML without a CUDA context; those are listed, not failed.)
+    The control calls the package's device-limits reader and must be caught."""
     code = ("import torch, traceback, aphrodite_int2kv\n"
-            "calls, callers = [], []\n"
+            "import aphrodite_int2kv.kernels.limits as limits\n"
+            "calls = []\n"
             "for name in ('_lazy_init', 'init', 'device_count', 'current_device', 'set_device',\n"
             "             'get_device_properties', 'get_device_capability', 'get_device_name', 'synchronize'):\n"
             "    real = getattr(torch.cuda, name)\n"
             "    def spy(*a, _real=real, _name=name, **k):\n"
-            "        calls.append(_name)\n"
-            "        callers.append(_name + ' from ' + ' <- '.join(f'{f.filename}:{f.lineno}' for f in\n"
-            "                                                    traceback.extract_stack()[-8:-1][::-1]))\n"
+            "        frames = [f for f in traceback.extract_stack()[:-1] if '/torch/' not in f.filename]\n"
+            "        calls.append((_name, f'{frames[-1].filename}:{frames[-1].lineno}' if frames else '?'))\n"
             "        return _real(*a, **k)\n"
             "    setattr(torch.cuda, name, spy)\n"
             "aphrodite_int2kv.register()\naphrodite_int2kv.register()\n"
-            "print('CUDA_CALLS', sorted(set(calls)))\n"
+            "print('OUR_CUDA_CALLS', sorted({n for n, f in calls if '/aphrodite_int2kv/' in f}))\n"
             "print('CUDA_INIT', torch.cuda.is_initialized())\n"
-            "print('CALLERS', *callers, sep='\\n')\n")
+            "print('CALLERS', *calls, sep='\\n')\n")
     res = run_python(code)
-    assert "CUDA_CALLS []" in res.stdout and "CUDA_INIT False" in res.stdout, res.stdout + res.stderr[-2000:]
-    # the spies do see a call that would touch the device
+    assert "OUR_CUDA_CALLS []" in res.stdout and "CUDA_INIT False" in res.stdout, res.stdout + res.stderr[-2000:]
+    # the spies do see a call of this package that would touch the device
     res = run_python(code.replace("aphrodite_int2kv.register()\naphrodite_int2kv.register()",
-                                  "aphrodite_int2kv.register()\ntry:\n    torch.cuda.device_count()\nexcept Exception:\n    pass"))
-    assert "CUDA_CALLS ['device_count']" in res.stdout, res.stdout + res.stderr[-2000:]
+                                  "aphrodite_int2kv.register()\ntry:\n    limits._read(0)\nexcept Exception:\n    pass"))
+    assert "OUR_CUDA_CALLS ['get_device_properties']" in res.stdout, res.stdout + res.stderr[-2000:]
 
 
 def test_our_settings_are_known_to_the_engine_and_typos_are_named(engine, caplog):
