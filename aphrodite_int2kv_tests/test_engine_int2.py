@@ -672,6 +672,61 @@ def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monke
     assert mgr.block_pool.get_num_free_blocks() == free0
 
 
+@pytest.mark.parametrize("sinks", [4, 0])
+def test_tile_window_prefix_hit_brings_the_sinks_page(registered, tmp_path, monkeypatch, sinks):
+    """FORMAT=tiles through the engine's KVCacheManager (coordinator, block pool, hashing): a
+    3,000-token prompt prefilled in chunks of 500, finished, and sent again. The hit (at a multiple of
+    the 128-token alignment) brings the window pages before it and, with the sinks, the request's
+    first window page, which the first request held for its life and the prefix cache kept. Without
+    sinks in the spec (the engine's own sliding-window lookup) that page is the null page."""
+    import dataclasses
+    import inspect
+    import math
+
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.utils.hashing import sha256
+    from aphrodite.v1.core.kv_cache_manager import KVCacheManager
+    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, init_none_hash
+
+    from aphrodite_int2kv.engine.window import Int2WindowSpec
+
+    monkeypatch.setenv("APHRODITE_INT2KV_FORMAT", "tiles")
+    monkeypatch.delenv("APHRODITE_INT2KV_RECENT_WINDOW", raising=False)
+    cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=32768,
+                     skip_tokenizer_init=True, enable_prefix_caching=True).create_engine_config()
+    cfg.cache_config.block_size = 128
+    _build_int2_layers(cfg, 2)
+    specs = {n: dataclasses.replace(s, sinks=sinks) if isinstance(s, Int2WindowSpec) else s
+             for n, s in _engine_specs(cfg).items()}
+    _resolve_layout(cfg)
+    (conf,) = get_kv_cache_configs(cfg, [specs], [2 << 30])
+    sizes = sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups)
+    assert sizes == [16, 128]
+    align, hash_block = math.lcm(*sizes), math.gcd(*sizes)
+    init_none_hash(sha256)
+    budget = ({"scheduler_block_size": align, "max_in_flight_tokens": 500}
+              if "scheduler_block_size" in inspect.signature(KVCacheManager).parameters
+              else {"max_num_batched_tokens": 500})
+    mgr = KVCacheManager(conf, max_model_len=32768, hash_block_size=hash_block, enable_caching=True, **budget)
+    free0 = mgr.block_pool.get_num_free_blocks()
+    win = next(i for i, g in enumerate(conf.kv_cache_groups) if isinstance(g.kv_cache_spec, Int2WindowSpec))
+    prompt = [(7 * i) % 50_000 + 1 for i in range(3000)]
+    first, hit, _ = _run_prompt(mgr, "a", prompt, hash_block, 500)
+    held = mgr.coordinator.single_type_managers[win].req_to_blocks["a"][0]
+    assert hit == 0 and held.is_null == (not sinks)
+    mgr.free(first)
+    again, hit_again, groups = _run_prompt(mgr, "b", prompt, hash_block, 500)
+    assert hit_again == (len(prompt) - 1) // align * align
+    assert all(not b.is_null for b in groups[win][(hit_again - 127) // 16:])       # the window before the hit
+    if sinks:
+        assert groups[win][0] is held                                              # the sinks' page, cached
+        assert mgr.coordinator.single_type_managers[win].req_to_blocks["b"][0] is held
+    else:
+        assert groups[win][0].is_null
+    mgr.free(again)
+    assert mgr.block_pool.get_num_free_blocks() == free0
+
+
 def test_window_budget_counts_the_steps_in_flight(registered):
     """0.24 frees window pages only once a step is processed: with async scheduling (2 concurrent
     batches) a request holds the window before the oldest step in flight, the window after each step

@@ -345,6 +345,16 @@ class Int2WindowManager(_stm.SlidingWindowManager):
             blocks[0] = block
         return found
 
+    @classmethod
+    def reachable_block_mask(cls, start_block, end_block, alignment_tokens, kv_cache_spec, *args, **kwargs):
+        """(0.24, which caches sliding-window pages sparsely) which of the pages [start_block,
+        end_block) to hash into the prefix cache: the engine's choice, and with sinks the first page
+        always (a hit needs it)."""
+        mask = super().reachable_block_mask(start_block, end_block, alignment_tokens, kv_cache_spec, *args, **kwargs)
+        if mask is not None and getattr(kv_cache_spec, "sinks", 0) and start_block == 0 < end_block:
+            mask = [True, *mask[1:]]
+        return mask
+
     def _hold_first_page(self, request_id, new_computed_blocks) -> None:
         """A prefix hit's first page (the sinks), which the engine replaced by the null page as out
         of the window: held by the request again."""
