@@ -600,6 +600,28 @@ def _run_prompt(mgr, rid, prompt, hash_block, chunk):
     return req, hit, groups
 
 
+def _kv_manager(cfg, specs):
+    """The engine's KV-cache config for `specs` (2 GiB) and its KVCacheManager with prefix caching,
+    prefix hits aligned to lcm and hashed at gcd of the groups' block sizes, chunks of 500 tokens.
+    Returns (config, manager, the groups' block sizes sorted)."""
+    import inspect
+    import math
+
+    from aphrodite.utils.hashing import sha256
+    from aphrodite.v1.core.kv_cache_manager import KVCacheManager
+    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, init_none_hash
+
+    _resolve_layout(cfg)
+    (conf,) = get_kv_cache_configs(cfg, [specs], [2 << 30])
+    sizes = sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups)
+    init_none_hash(sha256)
+    budget = ({"scheduler_block_size": math.lcm(*sizes), "max_in_flight_tokens": 500}
+              if "scheduler_block_size" in inspect.signature(KVCacheManager).parameters
+              else {"max_num_batched_tokens": 500})
+    mgr = KVCacheManager(conf, max_model_len=32768, hash_block_size=math.gcd(*sizes), enable_caching=True, **budget)
+    return conf, mgr, sizes
+
+
 @pytest.mark.parametrize("hit_points", [True, False])
 def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monkeypatch, hit_points):
     """The engine's KVCacheManager (coordinator, block pool, block hashing) on the KV-cache config the
@@ -613,9 +635,6 @@ def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monke
     import math
 
     from aphrodite.engine.arg_utils import EngineArgs
-    from aphrodite.utils.hashing import sha256
-    from aphrodite.v1.core.kv_cache_manager import KVCacheManager
-    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, init_none_hash
 
     from aphrodite_int2kv.engine.window import Int2WindowSpec, window_budget_managed
 
@@ -630,18 +649,9 @@ def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monke
     if not hit_points:
         specs = {n: dataclasses.replace(s, hit_alignment=0) if isinstance(s, Int2WindowSpec) else s
                  for n, s in specs.items()}
-    _resolve_layout(cfg)
-    (conf,) = get_kv_cache_configs(cfg, [specs], [2 << 30])
-    sizes = sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups)
+    conf, mgr, sizes = _kv_manager(cfg, specs)
     assert sizes == [20, 128]                       # G = 64: 128 x 80 B = 20 x 512 B per head
     align, hash_block = math.lcm(*sizes), math.gcd(*sizes)
-    init_none_hash(sha256)
-    import inspect
-
-    budget = ({"scheduler_block_size": align, "max_in_flight_tokens": 500}
-              if "scheduler_block_size" in inspect.signature(KVCacheManager).parameters
-              else {"max_num_batched_tokens": 500})
-    mgr = KVCacheManager(conf, max_model_len=32768, hash_block_size=hash_block, enable_caching=True, **budget)
     free0 = mgr.block_pool.get_num_free_blocks()
     prompt = [(7 * i) % 50_000 + 1 for i in range(3000)]
     shared = prompt[:1700] + [(11 * i) % 50_000 + 3 for i in range(900)]
@@ -680,13 +690,9 @@ def test_tile_window_prefix_hit_brings_the_sinks_page(registered, tmp_path, monk
     first window page, which the first request held for its life and the prefix cache kept. Without
     sinks in the spec (the engine's own sliding-window lookup) that page is the null page."""
     import dataclasses
-    import inspect
     import math
 
     from aphrodite.engine.arg_utils import EngineArgs
-    from aphrodite.utils.hashing import sha256
-    from aphrodite.v1.core.kv_cache_manager import KVCacheManager
-    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, init_none_hash
 
     from aphrodite_int2kv.engine.window import Int2WindowSpec
 
@@ -698,16 +704,9 @@ def test_tile_window_prefix_hit_brings_the_sinks_page(registered, tmp_path, monk
     _build_int2_layers(cfg, 2)
     specs = {n: dataclasses.replace(s, sinks=sinks) if isinstance(s, Int2WindowSpec) else s
              for n, s in _engine_specs(cfg).items()}
-    _resolve_layout(cfg)
-    (conf,) = get_kv_cache_configs(cfg, [specs], [2 << 30])
-    sizes = sorted(g.kv_cache_spec.block_size for g in conf.kv_cache_groups)
+    conf, mgr, sizes = _kv_manager(cfg, specs)
     assert sizes == [16, 128]
     align, hash_block = math.lcm(*sizes), math.gcd(*sizes)
-    init_none_hash(sha256)
-    budget = ({"scheduler_block_size": align, "max_in_flight_tokens": 500}
-              if "scheduler_block_size" in inspect.signature(KVCacheManager).parameters
-              else {"max_num_batched_tokens": 500})
-    mgr = KVCacheManager(conf, max_model_len=32768, hash_block_size=hash_block, enable_caching=True, **budget)
     free0 = mgr.block_pool.get_num_free_blocks()
     win = next(i for i, g in enumerate(conf.kv_cache_groups) if isinstance(g.kv_cache_spec, Int2WindowSpec))
     prompt = [(7 * i) % 50_000 + 1 for i in range(3000)]

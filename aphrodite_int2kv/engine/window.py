@@ -345,16 +345,6 @@ class Int2WindowManager(_stm.SlidingWindowManager):
             blocks[0] = block
         return found
 
-    @classmethod
-    def reachable_block_mask(cls, start_block, end_block, alignment_tokens, kv_cache_spec, *args, **kwargs):
-        """(0.24, which caches sliding-window pages sparsely) which of the pages [start_block,
-        end_block) to hash into the prefix cache: the engine's choice, and with sinks the first page
-        always (a hit needs it)."""
-        mask = super().reachable_block_mask(start_block, end_block, alignment_tokens, kv_cache_spec, *args, **kwargs)
-        if mask is not None and getattr(kv_cache_spec, "sinks", 0) and start_block == 0 < end_block:
-            mask = [True, *mask[1:]]
-        return mask
-
     def _hold_first_page(self, request_id, new_computed_blocks) -> None:
         """A prefix hit's first page (the sinks), which the engine replaced by the null page as out
         of the window: held by the request again."""
@@ -463,6 +453,21 @@ def _holding_first_page(name: str):
 for _name in ("allocate_new_computed_blocks", "add_local_computed_blocks"):
     if hasattr(_stm.SlidingWindowManager, _name):
         setattr(Int2WindowManager, _name, _holding_first_page(_name))
+
+
+def _reachable_with_first_page(cls, start_block, end_block, alignment_tokens, kv_cache_spec, *args, **kwargs):
+    """(0.24, which caches sliding-window pages sparsely) which of the pages [start_block,
+    end_block) to hash into the prefix cache: the engine's choice, and with sinks the first page
+    always (a hit needs it)."""
+    mask = _stm.SlidingWindowManager.reachable_block_mask.__func__(
+        cls, start_block, end_block, alignment_tokens, kv_cache_spec, *args, **kwargs)
+    if mask is not None and getattr(kv_cache_spec, "sinks", 0) and start_block == 0 < end_block:
+        mask = [True, *mask[1:]]
+    return mask
+
+
+if hasattr(_stm.SlidingWindowManager, "reachable_block_mask"):   # 0.24 only
+    Int2WindowManager.reachable_block_mask = classmethod(_reachable_with_first_page)
 
 
 # The base-class methods Int2WindowManager overrides, as each engine API names their parameters.
