@@ -159,3 +159,61 @@ def test_tile_pages_refuse_a_cache_that_is_not_whole_tiles_heads_first():
         TilePages.of_cache(torch.zeros(2, 128, 2, layout.token_bytes, dtype=torch.uint8), layout)
     ok = torch.zeros(2, 2, 128, layout.token_bytes, dtype=torch.uint8).transpose(1, 2)
     assert TilePages.of_cache(ok, layout).per_page == 2
+
+
+def _run_ptx(asm: str, inputs: list[int]) -> list[float]:
+    """Execute the few PTX instructions the tile unpack uses (prmt, shl, lop3 0xEA, mov, sub.f16x2)
+    on 32-bit integers: $2, $3, ... are the inputs; returns the fp16 values of $0 and $1."""
+    import numpy as np
+
+    regs = {f"${i + 2}": v for i, v in enumerate(inputs)}
+
+    def val(x):
+        return regs[x] if x in regs else int(x, 0)
+
+    def halves(v):
+        return np.frombuffer(np.uint32(v).tobytes(), np.float16).astype(np.float32)
+
+    for line in asm.splitlines():
+        line = line.strip().rstrip(";")
+        if not line or line[0] in "{}" or line.startswith(".reg"):
+            continue
+        op, rest = line.split(None, 1)
+        dst, *src = [t.strip() for t in rest.split(",")]
+        if op == "prmt.b32":
+            a, b, sel = (val(x) for x in src)
+            pool = [(a >> 8 * i) & 255 for i in range(4)] + [(b >> 8 * i) & 255 for i in range(4)]
+            regs[dst] = sum(pool[(sel >> 4 * i) & 7] << 8 * i for i in range(4))
+        elif op == "shl.b32":
+            regs[dst] = (val(src[0]) << val(src[1])) & 0xFFFFFFFF
+        elif op == "lop3.b32":
+            assert src[3] == "0xEA", line                  # (a & b) | c
+            regs[dst] = (val(src[0]) & val(src[1])) | val(src[2])
+        elif op == "mov.b32":
+            regs[dst] = val(src[0])
+        elif op == "sub.f16x2":
+            diff = (halves(val(src[0])) - halves(val(src[1]))).astype(np.float16)
+            regs[dst] = int(np.frombuffer(diff.tobytes(), np.uint32)[0])
+        else:
+            raise AssertionError(f"instruction not emulated: {line}")
+    return [float(x) for x in np.concatenate([halves(regs["$0"]), halves(regs["$1"])])]
+
+
+@pytest.mark.parametrize("c", range(4))
+def test_gpu_unpack_of_the_tile_codes_is_exact(c):
+    """The inline PTX that unpacks a record's codes on the GPU (kernels/tile_attention.py k_codes /
+    v_codes, which the interpreter replaces with shifts and masks), run instruction by instruction:
+    quarter c's 3-bit K code of 4 columns from their low-plane and aligned high bytes, and the 2-bit
+    V code, for random bytes -- exact small integers, as the interpreted path computes them."""
+    import random
+
+    from aphrodite_int2kv.kernels.common import magic_bits
+    from aphrodite_int2kv.kernels.tile_attention import _V2_ASM, _k3_asm
+
+    rng = random.Random(c)
+    for _ in range(500):
+        low, high = [rng.randrange(256) for _ in range(4)], [rng.randrange(256) for _ in range(4)]
+        word = lambda b: sum(v << 8 * i for i, v in enumerate(b))
+        want_k = [((lo >> 2 * c) & 3) | (((hi >> 2 * c) & 1) << 2) for lo, hi in zip(low, high)]
+        assert _run_ptx(_k3_asm(c), [word(low), word(high)]) == want_k
+        assert _run_ptx(_V2_ASM.format(**magic_bits(c)), [word(low)]) == [(lo >> 2 * c) & 3 for lo in low]

@@ -22,10 +22,62 @@ import triton
 import triton.language as tl
 
 from aphrodite_int2kv.int2.tile_format import TilePages
-from aphrodite_int2kv.kernels.common import (LOG2E, chunk_queries, chunk_span, empty_state, softmax_step,
+from aphrodite_int2kv.kernels.common import (LOG2E, chunk_queries, chunk_span, empty_state, magic_bits, softmax_step,
                                              store_chunk_rows, window_span)
+from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype
 from aphrodite_int2kv.kernels.tile_decode import _e4m3_value
+
+
+# The codes enter the tensor cores as exact fp16 (the magic-number trick of common.py): a tile's
+# K low-plane, K high-plane and V bytes are each loaded once, and channel quarter c is unpacked
+# from them by 3 (K) or 1.75 (V) instructions per code instead of shifts, masks and an integer to
+# float conversion per code. K: the two low bits sit at bits 2c, 2c + 1 of the low byte; the high
+# bit, once the tile's high bytes are shifted per column (k_high_bytes), at bit 2c; spread into
+# fp16 halves (PRMT), the high bit moved to bit 2c + 2 (SHL), both OR-ed into the mantissa of
+# M_c = 2**(10 - 2c) (LOP3), whose unit in the last place is 4**-c, so the half reads M_c + code.
+_K3_ASM = """{{
+.reg .b32 lo, hi, a, b, m;
+prmt.b32 lo, $2, 0, 0x5140;
+prmt.b32 hi, $2, 0, 0x5342;
+prmt.b32 a, $3, 0, 0x5140;
+prmt.b32 b, $3, 0, 0x5342;
+shl.b32 a, a, 2;
+shl.b32 b, b, 2;
+lop3.b32 lo, lo, {mask}, {magic}, 0xEA;
+lop3.b32 hi, hi, {mask}, {magic}, 0xEA;
+lop3.b32 lo, a, {high}, lo, 0xEA;
+lop3.b32 hi, b, {high}, hi, 0xEA;
+mov.b32 m, {magic};
+sub.f16x2 $0, lo, m;
+sub.f16x2 $1, hi, m;
+}}
+"""
+_V2_ASM = """{{
+.reg .b32 lo, hi, m;
+prmt.b32 lo, $2, 0, 0x5140;
+prmt.b32 hi, $2, 0, 0x5342;
+lop3.b32 lo, lo, {mask}, {magic}, 0xEA;
+lop3.b32 hi, hi, {mask}, {magic}, 0xEA;
+mov.b32 m, {magic};
+sub.f16x2 $0, lo, m;
+sub.f16x2 $1, hi, m;
+}}
+"""
+
+
+def _k3_asm(c: int) -> str:
+    return _K3_ASM.format(**magic_bits(c), high=hex((0x00010001 << (2 * c + 2)) & 0xFFFFFFFF))
+
+
+K3_ASM_0 = tl.constexpr(_k3_asm(0))
+K3_ASM_1 = tl.constexpr(_k3_asm(1))
+K3_ASM_2 = tl.constexpr(_k3_asm(2))
+K3_ASM_3 = tl.constexpr(_k3_asm(3))
+V2_ASM_0 = tl.constexpr(_V2_ASM.format(**magic_bits(0)))
+V2_ASM_1 = tl.constexpr(_V2_ASM.format(**magic_bits(1)))
+V2_ASM_2 = tl.constexpr(_V2_ASM.format(**magic_bits(2)))
+V2_ASM_3 = tl.constexpr(_V2_ASM.format(**magic_bits(3)))
 
 
 @triton.jit
@@ -44,34 +96,72 @@ def _quarter_meta(rec_u8, rec, OFF: tl.constexpr, unit, c: tl.constexpr, W: tl.c
 
 
 @triton.jit
-def _planar_quarter(rec_u8, base, c: tl.constexpr, T: tl.constexpr, W: tl.constexpr):
-    """2-bit codes [T, W] of channels [c W, (c + 1) W): byte j of a token holds channel j + c W in
-    bits 2c, 2c + 1 (planar)."""
-    byte = tl.load(rec_u8 + base + tl.arange(0, T)[:, None] * W + tl.arange(0, W)[None, :]).to(tl.int32)
-    return (byte >> (2 * c)) & 3
+def _plane_bytes(rec_u8, base, T: tl.constexpr, W: tl.constexpr):
+    """The T tokens' planar bytes [T, W] at `base`: byte j of a token holds channel j + c W in bits
+    2c, 2c + 1 (c = 0..3)."""
+    return tl.load(rec_u8 + base + tl.arange(0, T)[:, None] * W + tl.arange(0, W)[None, :])
 
 
 @triton.jit
-def _k_quarter(q, rec_u8, rec, ks_unit, kz_unit, c: tl.constexpr, T: tl.constexpr, D: tl.constexpr,
-               W: tl.constexpr, OFF_KH: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
-               DOT: tl.constexpr):
-    """One quarter of the head's channels: (q' . codes [ROWS, T], q . zero [ROWS])."""
+def k_high_bytes(rec_u8, rec, T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, OFF_KH: tl.constexpr):
+    """K's high bits as [T, W] bytes aligned with the low plane: the high bit of channel j + c W is
+    bit 2c of column j. (The record's byte j % (D/8) holds channel j + c W's at bit 2c + j // (D/8).)"""
     D8: tl.constexpr = D // 8
-    e = c * W + tl.arange(0, W)                                # the quarter's channels
-    high = tl.load(rec_u8 + rec + OFF_KH + tl.arange(0, T)[:, None] * D8 + (e % D8)[None, :]).to(tl.int32)
-    codes = _planar_quarter(rec_u8, rec, c, T, W) | (((high >> (e // D8)[None, :]) & 1) << 2)
+    cols = tl.arange(0, W)
+    high = tl.load(rec_u8 + rec + OFF_KH + tl.arange(0, T)[:, None] * D8 + (cols % D8)[None, :])
+    return high >> (cols // D8).to(tl.uint8)[None, :]
+
+
+@triton.jit
+def k_codes(low, high, c: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
+    """Quarter c's 3-bit K codes [T, W] as DOT, from the low-plane and aligned high bytes."""
+    if FAST and DOT == tl.float16:
+        if c == 0:
+            asm: tl.constexpr = K3_ASM_0
+        elif c == 1:
+            asm: tl.constexpr = K3_ASM_1
+        elif c == 2:
+            asm: tl.constexpr = K3_ASM_2
+        else:
+            asm: tl.constexpr = K3_ASM_3
+        return tl.inline_asm_elementwise(asm, "=r,=r,r,r", [low, high], dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        code = ((low.to(tl.int32) >> (2 * c)) & 3) | (((high.to(tl.int32) >> (2 * c)) & 1) << 2)
+        return code.to(DOT)
+
+
+@triton.jit
+def v_codes(vbytes, c: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
+    """Quarter c's 2-bit V codes [T, W] as DOT."""
+    if FAST and DOT == tl.float16:
+        if c == 0:
+            asm: tl.constexpr = V2_ASM_0
+        elif c == 1:
+            asm: tl.constexpr = V2_ASM_1
+        elif c == 2:
+            asm: tl.constexpr = V2_ASM_2
+        else:
+            asm: tl.constexpr = V2_ASM_3
+        return tl.inline_asm_elementwise(asm, "=r,=r,r", [vbytes], dtype=tl.float16, is_pure=True, pack=4)
+    else:
+        return ((vbytes.to(tl.int32) >> (2 * c)) & 3).to(DOT)
+
+
+@triton.jit
+def _k_quarter(q, low, high, rec_u8, rec, ks_unit, kz_unit, c: tl.constexpr, W: tl.constexpr,
+               OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
+    """One quarter of the head's channels: (q' . codes [ROWS, T], q . zero [ROWS])."""
     qf = q.to(tl.float32)
     scale = _quarter_meta(rec_u8, rec, OFF_KS, ks_unit, c, W)
     zero = _quarter_meta(rec_u8, rec, OFF_KZ, kz_unit, c, W)
-    dots = tl.dot((qf * scale).to(DOT), tl.trans(codes.to(DOT)))
+    dots = tl.dot((qf * scale).to(DOT), tl.trans(k_codes(low, high, c, DOT, FAST)))
     return dots, tl.sum(qf * zero, axis=1)
 
 
 @triton.jit
-def _v_quarter(acc, alpha, pn, pn_sum, rec_u8, rec, vs_unit, vz_unit, c: tl.constexpr, T: tl.constexpr,
-               W: tl.constexpr, OFF_V: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr):
-    codes = _planar_quarter(rec_u8, rec + OFF_V, c, T, W)
-    pv = tl.dot(pn, codes.to(DOT))
+def _v_quarter(acc, alpha, pn, pn_sum, vbytes, rec_u8, rec, vs_unit, vz_unit, c: tl.constexpr, W: tl.constexpr,
+               OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
+    pv = tl.dot(pn, v_codes(vbytes, c, DOT, FAST))
     return (acc * alpha[:, None] + pv * _quarter_meta(rec_u8, rec, OFF_VS, vs_unit, c, W)
             + pn_sum[:, None] * _quarter_meta(rec_u8, rec, OFF_VZ, vz_unit, c, W))
 
@@ -81,11 +171,14 @@ def tile_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, lo, hi, 
               rec_u8, rec_f16, qk_scale, BLOCK_SIZE: tl.constexpr, T: tl.constexpr, D: tl.constexpr,
               W: tl.constexpr, TILE_BYTES: tl.constexpr, OFF_KH: tl.constexpr, OFF_V: tl.constexpr,
               OFF_KN: tl.constexpr, OFF_VN: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
-              OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, OFF_PEAKS: tl.constexpr, DOT: tl.constexpr):
+              OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, OFF_PEAKS: tl.constexpr, DOT: tl.constexpr,
+              FAST: tl.constexpr):
     """Tiles [t0, t1) of one sequence from its tile records, positions outside [lo, hi) masked (lo:
     the sinks, read from the window, left out of tile 0's record): tile i of the
     sequence is record (i T % BLOCK_SIZE) / T of page table_row[i T / BLOCK_SIZE]. Rows are query
-    rows of one KV head: a chunk's tokens (prefill) or a KV group's query heads (split decode)."""
+    rows of one KV head: a chunk's tokens (prefill) or a KV group's query heads (split decode).
+    Each of a record's code planes is loaded once (16-byte loads) and its four quarters unpacked
+    from the same registers."""
     toks = tl.arange(0, T)
     for i in range(t0, t1):
         first = i * T
@@ -95,10 +188,12 @@ def tile_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, lo, hi, 
         kz_unit = _unit(rec_f16, rec, OFF_PEAKS, 1)
         vs_unit = _unit(rec_f16, rec, OFF_PEAKS, 2)
         vz_unit = _unit(rec_f16, rec, OFF_PEAKS, 3)
-        d0, z0 = _k_quarter(q0, rec_u8, rec, ks_unit, kz_unit, 0, T, D, W, OFF_KH, OFF_KS, OFF_KZ, DOT)
-        d1, z1 = _k_quarter(q1, rec_u8, rec, ks_unit, kz_unit, 1, T, D, W, OFF_KH, OFF_KS, OFF_KZ, DOT)
-        d2, z2 = _k_quarter(q2, rec_u8, rec, ks_unit, kz_unit, 2, T, D, W, OFF_KH, OFF_KS, OFF_KZ, DOT)
-        d3, z3 = _k_quarter(q3, rec_u8, rec, ks_unit, kz_unit, 3, T, D, W, OFF_KH, OFF_KS, OFF_KZ, DOT)
+        low = _plane_bytes(rec_u8, rec, T, W)
+        high = k_high_bytes(rec_u8, rec, T, D, W, OFF_KH)
+        d0, z0 = _k_quarter(q0, low, high, rec_u8, rec, ks_unit, kz_unit, 0, W, OFF_KS, OFF_KZ, DOT, FAST)
+        d1, z1 = _k_quarter(q1, low, high, rec_u8, rec, ks_unit, kz_unit, 1, W, OFF_KS, OFF_KZ, DOT, FAST)
+        d2, z2 = _k_quarter(q2, low, high, rec_u8, rec, ks_unit, kz_unit, 2, W, OFF_KS, OFF_KZ, DOT, FAST)
+        d3, z3 = _k_quarter(q3, low, high, rec_u8, rec, ks_unit, kz_unit, 3, W, OFF_KS, OFF_KZ, DOT, FAST)
         k_norm = tl.load(rec_f16 + (rec + OFF_KN) // 2 + toks).to(tl.float32)
         s = (d0 + d1 + d2 + d3 + (z0 + z1 + z2 + z3)[:, None]) * k_norm[None, :]
         s = tl.where(((first + toks >= lo) & (first + toks < hi))[None, :], s * qk_scale, float("-inf"))
@@ -106,10 +201,11 @@ def tile_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, lo, hi, 
         pn = p * tl.load(rec_f16 + (rec + OFF_VN) // 2 + toks).to(tl.float32)[None, :]
         pn_sum = tl.sum(pn, axis=1)
         pn = pn.to(DOT)
-        acc0 = _v_quarter(acc0, alpha, pn, pn_sum, rec_u8, rec, vs_unit, vz_unit, 0, T, W, OFF_V, OFF_VS, OFF_VZ, DOT)
-        acc1 = _v_quarter(acc1, alpha, pn, pn_sum, rec_u8, rec, vs_unit, vz_unit, 1, T, W, OFF_V, OFF_VS, OFF_VZ, DOT)
-        acc2 = _v_quarter(acc2, alpha, pn, pn_sum, rec_u8, rec, vs_unit, vz_unit, 2, T, W, OFF_V, OFF_VS, OFF_VZ, DOT)
-        acc3 = _v_quarter(acc3, alpha, pn, pn_sum, rec_u8, rec, vs_unit, vz_unit, 3, T, W, OFF_V, OFF_VS, OFF_VZ, DOT)
+        vbytes = _plane_bytes(rec_u8, rec + OFF_V, T, W)
+        acc0 = _v_quarter(acc0, alpha, pn, pn_sum, vbytes, rec_u8, rec, vs_unit, vz_unit, 0, W, OFF_VS, OFF_VZ, DOT, FAST)
+        acc1 = _v_quarter(acc1, alpha, pn, pn_sum, vbytes, rec_u8, rec, vs_unit, vz_unit, 1, W, OFF_VS, OFF_VZ, DOT, FAST)
+        acc2 = _v_quarter(acc2, alpha, pn, pn_sum, vbytes, rec_u8, rec, vs_unit, vz_unit, 2, W, OFF_VS, OFF_VZ, DOT, FAST)
+        acc3 = _v_quarter(acc3, alpha, pn, pn_sum, vbytes, rec_u8, rec, vs_unit, vz_unit, 3, W, OFF_VS, OFF_VZ, DOT, FAST)
     return m_i, l_i, acc0, acc1, acc2, acc3
 
 
@@ -126,8 +222,8 @@ def _tile_attention_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TILE_BYTES: tl.constexpr,
     OFF_KH: tl.constexpr, OFF_V: tl.constexpr, OFF_KN: tl.constexpr, OFF_VN: tl.constexpr,
     OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-    OFF_PEAKS: tl.constexpr, DOT: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr, RING: tl.constexpr,
-    SINKS: tl.constexpr,
+    OFF_PEAKS: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr,
+    RING: tl.constexpr, SINKS: tl.constexpr,
 ):
     W: tl.constexpr = D // 4
     q_block = tl.program_id(0)
@@ -159,7 +255,7 @@ def _tile_attention_kernel(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.cdiv(win_start, T), SINKS, win_start,
         block_table_ptr + batch * stride_bt,
         kv_head * stride_head, stride_page, rec_u8, rec_f16, qk_scale, BLOCK_SIZE, T, D, W, TILE_BYTES,
-        OFF_KH, OFF_V, OFF_KN, OFF_VN, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, OFF_PEAKS, DOT)
+        OFF_KH, OFF_V, OFF_KN, OFF_VN, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, OFF_PEAKS, DOT, FAST)
     m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, win_start, prefix_len,
         wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
@@ -225,7 +321,8 @@ def tile_attention(q_rot, k_rot, v_rot, pages: TilePages, block_table, query_sta
         *record_args(pages), block_table, block_table.stride(0), query_start_loc, seq_lens,
         sm_scale * LOG2E,
         *_window_args(window, q_rot),
-        RATIO=Hq // Hkv, BLOCK_M=block_m, BLOCK_N=block_n, DOT=dot_dtype(q_rot.dtype), num_warps=4,
+        RATIO=Hq // Hkv, BLOCK_M=block_m, BLOCK_N=block_n, DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(),
+        num_warps=4,
         **record_constants(pages, window, sinks, ring),
     )
     return out

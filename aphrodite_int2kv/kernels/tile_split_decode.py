@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from aphrodite_int2kv.int2.tile_format import TilePages
+from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.common import LOG2E, empty_state, fp_tile, group_heads, query_planes, window_span
 from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype, store_partial
 from aphrodite_int2kv.kernels.tile_attention import record_args, record_constants, tile_span
@@ -42,8 +43,8 @@ def _tile_split_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, TILE_BYTES: tl.constexpr,
     OFF_KH: tl.constexpr, OFF_V: tl.constexpr, OFF_KN: tl.constexpr, OFF_VN: tl.constexpr,
     OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-    OFF_PEAKS: tl.constexpr, DOT: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr, RING: tl.constexpr,
-    SINKS: tl.constexpr,
+    OFF_PEAKS: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr,
+    RING: tl.constexpr, SINKS: tl.constexpr,
 ):
     W: tl.constexpr = D // 4
     split = tl.program_id(0)
@@ -66,7 +67,7 @@ def _tile_split_kernel(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, SINKS, win_start,
             block_table_ptr + batch * stride_bt, kv_head * stride_head, stride_page, rec_u8, rec_f16, qk_scale,
             BLOCK_SIZE, T, D, W, TILE_BYTES, OFF_KH, OFF_V, OFF_KN, OFF_VN, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ,
-            OFF_PEAKS, DOT)
+            OFF_PEAKS, DOT, FAST)
     else:
         no_center = tl.zeros([BLOCK_H], tl.float32)
         # the sinks (the first SINKS positions, left out of tile 0's record), then the window
@@ -159,8 +160,8 @@ def tile_split_decode(q_rot, k_rot, v_rot, pages: TilePages, block_table, seq_le
         *record_args(pages), block_table, block_table.stride(0), seq_lens, part_out, part_lse,
         sm_scale * LOG2E, num_splits,
         *_window_args(window, q_rot),
-        RATIO=ratio, TILES=tiles, BLOCK_H=block_h, BLOCK_N=block_n, DOT=dot_dtype(q_rot.dtype), num_warps=4,
-        **record_constants(pages, window, sinks, ring),
+        RATIO=ratio, TILES=tiles, BLOCK_H=block_h, BLOCK_N=block_n, DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(),
+        num_warps=4, **record_constants(pages, window, sinks, ring),
     )
     _tile_merge_kernel[(B, Hq)](part_out, part_lse, num_splits, out, out.stride(0), out.stride(1),
                                 D=D, CHUNK=8, num_warps=4)
