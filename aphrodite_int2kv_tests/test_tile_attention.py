@@ -217,3 +217,47 @@ def test_gpu_unpack_of_the_tile_codes_is_exact(c):
         want_k = [((lo >> 2 * c) & 3) | (((hi >> 2 * c) & 1) << 2) for lo, hi in zip(low, high)]
         assert _run_ptx(_k3_asm(c), [word(low), word(high)]) == want_k
         assert _run_ptx(_V2_ASM.format(**magic_bits(c)), [word(low)]) == [(lo >> 2 * c) & 3 for lo in low]
+
+
+def test_the_engine_kernels_compute_what_the_harness_measured():
+    """One decode step of a sequence through the engine's kernels gives the quality harness's
+    attention for the engine's scheme (quality/schemes.py engine_tiles_scheme: K3 / V2 channel
+    tiles of 64, 8-bit metadata, 4 sinks, the last 128 positions in full precision): tile_store on
+    the tiles before the window (tile 0 without the sinks), the sinks and the window in the window's
+    pages, tile_split_decode over them and the token; GQA, 3 query heads per KV head."""
+    from aphrodite_int2kv.int2.rotation import hadamard
+    from aphrodite_int2kv.quality.schemes import KVTransform, attention_fn, engine_tiles_scheme
+
+    scheme = engine_tiles_scheme()
+    g = torch.Generator().manual_seed(7)
+    N, Hq, Hkv, D, T, R, S, BS, WBS = 300, 6, 2, 64, scheme.tile, scheme.recent, scheme.sink, 128, 16
+    q = torch.randn(N, Hq, D, generator=g)
+    k = torch.randn(N, Hkv, D, generator=g) * 2 + torch.randn(1, Hkv, D, generator=g)
+    v = torch.randn(N, Hkv, D, generator=g)
+    want = attention_fn(scheme, KVTransform(scheme, D, Hkv, 1), D ** -0.5)(0, q, k, v)[N - 1]      # [Hq, D]
+
+    H = hadamard(D)
+    kr, vr = k @ H, v @ H
+    win_start = N - R                               # the token N - 1 sees the last R positions in full precision
+    ntiles = -(-win_start // T)
+    layout = TileLayout(D, T)
+    cache = _pages(-(-N // BS), BS, Hkv, layout)
+    pages = TilePages.of_cache(cache, layout)
+    tiles_k = kr[:ntiles * T].reshape(ntiles, T, Hkv, D).transpose(1, 2).contiguous()
+    tiles_v = vr[:ntiles * T].reshape(ntiles, T, Hkv, D).transpose(1, 2).contiguous()
+    exclude = torch.tensor([S] + [0] * (ntiles - 1), dtype=torch.int32)
+    tile_store(tiles_k.to(DEVICE), tiles_v.to(DEVICE), exclude.to(DEVICE), torch.arange(ntiles, device=DEVICE),
+               pages, layout)
+    block_table = torch.arange(-(-N // BS), dtype=torch.int32, device=DEVICE)[None]
+    wpages = -(-N // WBS)
+    k_win = torch.full((wpages, WBS, Hkv, D), float("nan"))
+    v_win = torch.full_like(k_win, float("nan"))
+    held = torch.cat([torch.arange(S), torch.arange(win_start, N - 1)])          # sinks + window, bf16 in the engine
+    col, off = window_slot(held, WBS, S, False)
+    k_win[col, off], v_win[col, off] = kr[held], vr[held]
+    window = (k_win.to(DEVICE), v_win.to(DEVICE), torch.arange(wpages, dtype=torch.int32, device=DEVICE)[None], R)
+    out = tile_split_decode((q[N - 1:] @ H).to(DEVICE), kr[N - 1:].to(DEVICE), vr[N - 1:].to(DEVICE), pages,
+                            block_table, torch.tensor([N], dtype=torch.int32, device=DEVICE), D ** -0.5, window,
+                            sinks=S)
+    got = out.cpu()[0] @ H.T
+    assert torch.allclose(got, want, atol=ATOL, rtol=1e-4), (got - want).abs().max()

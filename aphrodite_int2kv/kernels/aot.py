@@ -212,12 +212,11 @@ def engine_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list[Laun
 
 
 def tile_format_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list[Launch]:
-    """The channel-tile format's kernels: the store and the first decode at tiles of 32 and 64
-    tokens, and the attention the engine runs (FORMAT=tiles: tiles of 64): the split decode and
-    its merge, and the prefill/decode launch (`--tile-format`)."""
+    """The channel-tile format's kernels: the store at tiles of 32 and 64 tokens, and the attention
+    the engine runs (FORMAT=tiles: tiles of 64): the split decode and its merge, and the
+    prefill/decode launch (`--tile-format`)."""
     from aphrodite_int2kv.int2.tile_format import TILES, TilePages, TileLayout
     from aphrodite_int2kv.kernels.tile_attention import tile_attention
-    from aphrodite_int2kv.kernels.tile_decode import tile_decode
     from aphrodite_int2kv.kernels.tile_split_decode import tile_split_decode
     from aphrodite_int2kv.kernels.tile_store import tile_store
 
@@ -229,8 +228,6 @@ def tile_format_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list
             records = torch.zeros(4, 2, layout.tile_bytes, dtype=torch.uint8)
             with recorded_launches() as caught:
                 tile_store(kv, kv, torch.zeros(4, dtype=torch.int32), torch.zeros(4, dtype=torch.int64), records, layout)
-                tile_decode(torch.zeros(2, 2, 16, D), records, torch.zeros(2, 4, dtype=torch.int32),
-                            torch.zeros(2, dtype=torch.int32), layout, 0.1, sinks=4)
             for launch in caught:
                 launch.label = f"D{D} tile {T}"
             found.extend(caught)

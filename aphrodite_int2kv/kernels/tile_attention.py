@@ -26,7 +26,6 @@ from aphrodite_int2kv.kernels.common import (LOG2E, chunk_queries, chunk_span, e
                                              store_chunk_rows, window_span)
 from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype
-from aphrodite_int2kv.kernels.tile_decode import _e4m3_value
 
 
 # The codes enter the tensor cores as exact fp16 (the magic-number trick of common.py): a tile's
@@ -78,6 +77,16 @@ V2_ASM_0 = tl.constexpr(_V2_ASM.format(**magic_bits(0)))
 V2_ASM_1 = tl.constexpr(_V2_ASM.format(**magic_bits(1)))
 V2_ASM_2 = tl.constexpr(_V2_ASM.format(**magic_bits(2)))
 V2_ASM_3 = tl.constexpr(_V2_ASM.format(**magic_bits(3)))
+
+
+@triton.jit
+def _e4m3_value(code):
+    """e4m3 byte (int32 0..255) -> fp32 value."""
+    exp = (code >> 3) & 15
+    man = (code & 7).to(tl.float32)
+    normal = (1.0 + man * 0.125) * tl.exp2((exp - 7).to(tl.float32))
+    value = tl.where(exp == 0, man * (1.0 / 512.0), normal)
+    return tl.where((code & 128) != 0, -value, value)
 
 
 @triton.jit
