@@ -83,8 +83,9 @@ V2_ASM_3 = tl.constexpr(_V2_ASM.format(**magic_bits(3)))
 def _e4m3_scaled(code):
     """e4m3 bytes (int32 0..255) -> their values / 256 as fp16, exactly and in 3 integer operations:
     the exponent and mantissa bits moved into fp16's (whose exponent bias, 15 instead of 7, makes
-    the 2**-8; e4m3's subnormals land on fp16's), the sign to bit 15."""
-    bits = ((code << 7) & 0x3F80) | ((code << 8) & 0x8000)
+    the 2**-8; e4m3's subnormals land on fp16's) by a shift of 7, which puts the sign at bit 14:
+    adding the sign bit to itself first carries it to bit 15."""
+    bits = (code + (code & 0x80)) << 7
     return bits.to(tl.uint16).to(tl.float16, bitcast=True)
 
 
