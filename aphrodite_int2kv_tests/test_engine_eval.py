@@ -122,3 +122,27 @@ def test_the_plan_carries_the_suite_with_its_scored_positions(tmp_path):
     digits = tok.decode([key["ids"][t] for t in key["targets"]])
     assert digits.isdigit() and len(digits) == 5 and tok.decode(key["ids"]).count(digits) == 3
     assert E.make_plan(tok, text, windows=1, tokens=256, greedy_prompts=1, longctx_items=1)["suite"] == []
+
+
+def test_the_checkpoint_admits_the_plans_longest_prompt(engine, tmp_path):
+    """The engine's own config check (EngineArgs.create_engine_config) takes the max_model_len a
+    worker asks for a suite with 8K far-perplexity windows once run_engine has let the checkpoint
+    admit it; SmolLM2's own 8,192 positions refuse it (what stopped the first GPU run of
+    `eval --engine --suite`)."""
+    from aphrodite.engine.arg_utils import EngineArgs
+
+    from aphrodite_int2kv.quality import assets
+
+    E.hf_checkpoint(assets.model_path(), str(tmp_path))
+    plan = {"suite": [{"ids": [1] * 8192}, {"ids": [1] * 4096}]}
+    need = E.engine_max_len(plan)
+    assert need > 8192
+
+    def config():
+        return EngineArgs(model=str(tmp_path), max_model_len=need, skip_tokenizer_init=True,
+                          dtype="bfloat16").create_engine_config()
+
+    with pytest.raises(Exception, match="max_model_len|max_position_embeddings|8192"):
+        config()
+    E.allow_positions(str(tmp_path), need)
+    assert config().model_config.max_model_len == need

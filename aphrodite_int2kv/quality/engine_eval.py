@@ -111,6 +111,24 @@ def hf_checkpoint(gguf_path: str, out_dir: str, max_len: int = 8192):
     return tok
 
 
+def engine_max_len(plan: dict) -> int:
+    """max_model_len for a plan: its longest prompt (the 8K far-perplexity windows and their scored
+    last token) plus room for the generated answers."""
+    return max(8192, max((len(it["ids"]) for it in plan.get("suite", [])), default=0)) + 64
+
+
+def allow_positions(model_dir: str, n: int):
+    """Let the checkpoint's config admit n positions: the engine refuses a max_model_len above
+    max_position_embeddings, which for this model's plain RoPE (no scaling) changes no output."""
+    path = os.path.join(model_dir, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    if config["max_position_embeddings"] < n:
+        config["max_position_embeddings"] = n
+        with open(path, "w") as f:
+            json.dump(config, f, indent=1)
+
+
 # ---- what each process is asked -----------------------------------------------------------------
 
 def make_plan(tok, text: str, windows: int = 4, tokens: int = 1024, start: int = 78003,
@@ -272,7 +290,7 @@ def worker(model_dir: str, kv_dtype: str, plan: dict, ref: dict | None, chunk: i
     from aphrodite.inputs import TokensPrompt
 
     kw = dict(model=model_dir, skip_tokenizer_init=True, dtype="bfloat16", kv_cache_dtype=kv_dtype,
-              max_model_len=max(8192, max((len(it["ids"]) for it in plan.get("suite", [])), default=0)) + 64,
+              max_model_len=engine_max_len(plan),
               max_num_batched_tokens=chunk, enable_chunked_prefill=True,
               enable_prefix_caching=False, gpu_memory_utilization=0.5, enforce_eager=not graphs, seed=0,
               max_num_seqs=16)
@@ -360,6 +378,7 @@ def run_engine(args) -> int:
         suite = suite_flags(args) if args.suite else None
         plan = make_plan(tok, f.read(), args.windows, args.tokens, args.start, greedy_tokens=args.greedy_tokens,
                          longctx_items=args.items, suite=suite)
+    allow_positions(work, engine_max_len(plan))
     plan_path = os.path.join(work, "plan.json")
     with open(plan_path, "w") as f:
         json.dump(plan, f)
