@@ -156,8 +156,9 @@ def add_longctx_parser(sub):
     from aphrodite_int2kv.quality.longctx import add_suite_arguments
     add_suite_arguments(p)
     p.add_argument("--model", default=None,
-                   help="a Hugging Face causal LM directory to measure instead of SmolLM2-135M (transformers runs "
-                        "it; every attention layer reads the scheme's K/V)")
+                   help="a Hugging Face causal LM to measure instead of SmolLM2-135M: a directory, a GGUF file, or "
+                        "gemma-3-270m (fetched on first use); transformers runs it, every global attention layer "
+                        "reads the scheme's K/V, sliding-window layers stay in full precision")
     p.add_argument("--rotations", default=None,
                    help="a folder with k_rotation.pt / v_rotation.pt (aphrodite-int2kv calibrate): each tile row "
                         "selected is measured with them too")

