@@ -34,12 +34,9 @@ def engine():
     platform is selected explicitly (what a platform plugin would do)."""
     if engine_version() is None:
         pytest.skip("aphrodite-engine is not installed")
-    import aphrodite.platforms as platforms
+    from aphrodite_int2kv.engine.offline import use_cpu_platform
 
-    if type(platforms.current_platform).__name__ == "UnspecifiedPlatform":
-        from aphrodite.platforms.cpu import CpuPlatform
-
-        platforms._current_platform = CpuPlatform()
+    use_cpu_platform()     # sized as a GPU would size it (see there)
     return engine_version()
 
 
@@ -65,6 +62,8 @@ CPU_PLATFORM = (
     "if type(_platforms.current_platform).__name__ == 'UnspecifiedPlatform':\n"
     "    from aphrodite.platforms.cpu import CpuPlatform\n"
     "    _platforms._current_platform = CpuPlatform()\n"
+    "    import torch as _torch\n"
+    "    _torch.cpu._is_avx512_bf16_supported = lambda: False\n"   # as offline.use_cpu_platform
 )
 
 

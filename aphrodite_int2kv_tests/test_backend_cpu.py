@@ -21,6 +21,16 @@ D, HQ, HKV, BS = 64, 6, 2, 16
 ATOL = 1e-4 if DEVICE == "cpu" else 5e-3
 
 
+TOKENS = {"APHRODITE_INT2KV_FORMAT": "tokens"}
+
+
+@pytest.fixture(autouse=True)
+def tokens_format(monkeypatch):
+    """Every test here but the FORMAT=tiles ones at the end (which set it themselves) is about the
+    per-token format, which is no longer the default."""
+    monkeypatch.setenv("APHRODITE_INT2KV_FORMAT", "tokens")
+
+
 @pytest.fixture
 def impl(engine, monkeypatch):
     """Plain int2 (no K centering), so that references are the plain quantizer's; the default
@@ -541,13 +551,13 @@ def test_data_free_centering_and_an_offsets_file_are_refused_together(engine, mo
 
     path, _ = _rotation_file(tmp_path, torch.zeros(HKV, D))
     with pytest.raises(Int2ConfigError, match="K_CENTER_FIRST=16 and the K offsets"):
-        Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "16", "APHRODITE_INT2KV_K_ROTATION": path})
+        Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_K_CENTER_FIRST": "16", "APHRODITE_INT2KV_K_ROTATION": path})
     with pytest.raises(Int2ConfigError, match="K_CENTER_FIRST=999 must be between 0"):
-        Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "999"})
-    assert "first 16 keys" in Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "16"}).describe()
+        Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_K_CENTER_FIRST": "999"})
+    assert "first 16 keys" in Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_K_CENTER_FIRST": "16"}).describe()
     # the default (auto) centers from the data unless the file gives offsets
-    assert Int2Options.from_env({"APHRODITE_INT2KV_K_ROTATION": path}).k_center_first == 0
-    assert "file offsets" in Int2Options.from_env({"APHRODITE_INT2KV_K_ROTATION": path}).describe()
+    assert Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_K_ROTATION": path}).k_center_first == 0
+    assert "file offsets" in Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_K_ROTATION": path}).describe()
 
 
 def test_decode_tile_option(engine):
@@ -557,16 +567,16 @@ def test_decode_tile_option(engine):
     from aphrodite_int2kv.int2.format import Int2ConfigError
     from aphrodite_int2kv.kernels.decode import int2_decode
 
-    assert Int2Options.from_env({}).fold_decode
-    assert "decode tile=folded" in Int2Options.from_env({}).describe()
-    assert not Int2Options.from_env({"APHRODITE_INT2KV_LEVELS": "lloyd-max"}).fold_decode
-    assert not Int2Options.from_env({"APHRODITE_INT2KV_DECODE_TILE": "per-code"}).fold_decode
-    assert Int2Options.from_env({"APHRODITE_INT2KV_DECODE_TILE": " Folded",
+    assert Int2Options.from_env(TOKENS).fold_decode
+    assert "decode tile=folded" in Int2Options.from_env(TOKENS).describe()
+    assert not Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_LEVELS": "lloyd-max"}).fold_decode
+    assert not Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_DECODE_TILE": "per-code"}).fold_decode
+    assert Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_DECODE_TILE": " Folded",
                                  "APHRODITE_INT2KV_LEVELS": "minmax"}).fold_decode
     with pytest.raises(Int2ConfigError, match="DECODE_TILE=folded needs uniform levels"):
-        Int2Options.from_env({"APHRODITE_INT2KV_DECODE_TILE": "folded", "APHRODITE_INT2KV_LEVELS": "lloyd-max"})
+        Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_DECODE_TILE": "folded", "APHRODITE_INT2KV_LEVELS": "lloyd-max"})
     with pytest.raises(Int2ConfigError, match="DECODE_TILE='fast' is not one of auto, folded, per-code"):
-        Int2Options.from_env({"APHRODITE_INT2KV_DECODE_TILE": "fast"})
+        Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_DECODE_TILE": "fast"})
     L = SlotLayout(D, 32)
     with pytest.raises(ValueError, match="folded tile .* needs uniform levels"):
         int2_decode(torch.zeros(1, HKV, D), torch.zeros(1, 16, HKV, L.slot_bytes, dtype=torch.uint8),

@@ -1,6 +1,8 @@
 """Helpers the GPU benchmarks share (benchmarks/decode_attention.py), checked on CPU."""
 import math
 
+import os
+
 import pytest
 
 from benchmarks.decode_attention import CONFIG_SETS, expand_configs, ragged_lengths, window_pages
@@ -64,10 +66,12 @@ def test_every_benchmark_entry_point_answers_help():
         assert res.returncode == 0 and len(res.stdout) > 80, (p.name, res.stdout[-500:], res.stderr[-1500:])
 
 
-def test_dtype_capacity_sizes_every_engine_dtype_by_the_engines_arithmetic(engine, tmp_path):
+@pytest.mark.parametrize("fmt,least", [("tiles", 4.95), ("tokens", 5.8)])
+def test_dtype_capacity_sizes_every_engine_dtype_by_the_engines_arithmetic(engine, tmp_path, fmt, least):
     """benchmarks/engine_capacity.py dtypes: a row for every KV dtype the engine offers; TurboQuant's
-    tokens follow its slot size with 4 of 36 layers in bf16, int2 stays >= 5x; on the
-    layout-based API (0.24) it refuses with the reason instead of sizing the wrong pages."""
+    tokens follow its slot size with 4 of 36 layers in bf16, int2 stays at its format's capacity
+    (tiles, the default: 4.98x at 32K; tokens: 5.87x); on the layout-based API (0.24) it refuses
+    with the reason instead of sizing the wrong pages."""
     import json
     import pathlib
     import subprocess
@@ -78,7 +82,8 @@ def test_dtype_capacity_sizes_every_engine_dtype_by_the_engines_arithmetic(engin
     root = pathlib.Path(__file__).resolve().parents[1]
     out = tmp_path / "cap.json"
     res = subprocess.run([sys.executable, "benchmarks/engine_capacity.py", "dtypes", "--out", str(out)], cwd=root,
-                         capture_output=True, text=True, timeout=600)
+                         capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "APHRODITE_INT2KV_FORMAT": fmt})
     if not shape_based_kv_api():
         assert res.returncode != 0 and "customize_spec" in res.stderr and "0.21" in res.stderr
         return
@@ -89,7 +94,7 @@ def test_dtype_capacity_sizes_every_engine_dtype_by_the_engines_arithmetic(engin
 
     aphrodite_int2kv.register()
     assert set(rows) == set(engine_kv_dtypes())
-    assert rows["auto"]["vs_bf16"] == 1.0 and rows["fp8"]["vs_bf16"] == 2.0 and rows["int2"]["vs_bf16"] >= 5.0
+    assert rows["auto"]["vs_bf16"] == 1.0 and rows["fp8"]["vs_bf16"] == 2.0 and rows["int2"]["vs_bf16"] >= least
     from aphrodite.model_executor.layers.quantization.turboquant.config import TurboQuantConfig
 
     bf16_bytes = 2 * 128 * 2          # K and V of one head, one token
@@ -239,11 +244,13 @@ def test_window_capacity_gives_our_budget_more_tokens_than_the_engines(engine, t
     assert by[(128, 16384, "ours")] > by[(128, 16384, "engine")]     # the engine budgets a whole chunk per request
 
 
-def test_hybrid_capacity_of_every_engine_dtype_by_the_engines_arithmetic(engine, tmp_path):
+@pytest.mark.parametrize("fmt,block,least", [("tiles", 2368, 4.5), ("tokens", 2560, 4.9)])
+def test_hybrid_capacity_of_every_engine_dtype_by_the_engines_arithmetic(engine, tmp_path, fmt, block, least):
     """benchmarks/engine_capacity.py dtypes --model hybrid27b: the engine refuses TurboQuant on a
     hybrid (its own NotImplementedError, a row's error); every other dtype is sized with its
     attention page raised to the Gated DeltaNet state page, so capacity follows the attention
-    bytes per token only roughly (fp8 below 2x), and int2 keeps >= 4.9x."""
+    bytes per token only roughly (fp8 below 2x), and int2 keeps >= 4.5x at 32K (tiles, the
+    default; tokens >= 4.9x)."""
     import json
     import pathlib
     import subprocess
@@ -254,7 +261,8 @@ def test_hybrid_capacity_of_every_engine_dtype_by_the_engines_arithmetic(engine,
     root = pathlib.Path(__file__).resolve().parents[1]
     out = tmp_path / "cap.json"
     res = subprocess.run([sys.executable, "benchmarks/engine_capacity.py", "dtypes", "--model", "hybrid27b",
-                          "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=600)
+                          "--out", str(out)], cwd=root, capture_output=True, text=True, timeout=600,
+                         env={**os.environ, "APHRODITE_INT2KV_FORMAT": fmt})
     if not shape_based_kv_api():
         assert res.returncode != 0 and "customize_spec" in res.stderr
         return
@@ -263,5 +271,5 @@ def test_hybrid_capacity_of_every_engine_dtype_by_the_engines_arithmetic(engine,
     tq = [k for k in rows if k.startswith("turboquant_")]
     assert tq and all("not supported for hybrid" in rows[k]["error"] for k in tq)
     assert rows["auto"]["attention_block_size"] == 400          # the H200 engine's bf16 page on this model
-    assert rows["int2"]["attention_block_size"] == 2560 and rows["int2"]["vs_bf16"] >= 4.9
+    assert rows["int2"]["attention_block_size"] == block and rows["int2"]["vs_bf16"] >= least
     assert 1.85 < rows["fp8"]["vs_bf16"] < 2.0

@@ -71,7 +71,7 @@ def test_the_engines_own_kv_dtypes_can_be_compared(engine):
     engine's Triton backend, turboquant on the backend the engine picks for it."""
     offered = E.engine_kv_dtypes()
     assert {"auto", "fp8", "turboquant_k8v4", "turboquant_3bit_nc"} <= set(offered)
-    assert E.kv_config("bf16") == ("auto", {}) and E.kv_config("int2-no-window")[0] == "int2"
+    assert E.kv_config("bf16") == ("auto", {}) and E.kv_config("int2-tokens") == ("int2", {"APHRODITE_INT2KV_FORMAT": "tokens"})
     assert E.kv_config("turboquant_k8v4") == ("turboquant_k8v4", {})
     with pytest.raises(SystemExit, match="turboquant_4bit_nc"):
         E.kv_config("int3_made_up")

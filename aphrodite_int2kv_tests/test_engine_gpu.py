@@ -51,7 +51,7 @@ spy(B.Int2AttentionImpl, "forward", "int2_forward")
 from aphrodite import LLM, SamplingParams
 from aphrodite.inputs import TokensPrompt
 spec = json.loads(sys.argv[1])
-if spec.get("format"):
+if spec.get("format") not in (None, "default"):     # default: FORMAT unset (tiles)
     os.environ["APHRODITE_INT2KV_FORMAT"] = spec["format"]
 kw = dict(model=spec["model"], load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16", seed=0,
           kv_cache_dtype="int2", enforce_eager=spec["eager"], enable_prefix_caching=spec["prefix"],
@@ -92,7 +92,7 @@ def _hybrid(tmp_path):
 
 @pytest.mark.parametrize("model,eager,prefix,fmt", [
     ("dense", True, False, "tokens"), ("dense", False, False, "tokens"), ("dense", False, True, "tokens"),
-    ("hybrid", False, False, "tokens"), ("dense", True, False, "tiles"), ("dense", False, True, "tiles"),
+    ("hybrid", False, False, "tokens"), ("dense", True, False, "default"), ("dense", False, True, "tiles"),
     ("hybrid", False, False, "tiles")])
 def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eager, prefix, fmt):
     path = _dense(tmp_path) if model == "dense" else _hybrid(tmp_path)
@@ -109,7 +109,7 @@ def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eage
     if not eager:
         assert calls.get("cudagraph_capture", 0) > 0, calls      # the capture path ran
     assert "int2 KV cache active" in res.stdout + res.stderr
-    assert ("format=tiles" in res.stdout + res.stderr) == (fmt == "tiles")
+    assert ("format=tiles" in res.stdout + res.stderr) == (fmt != "tokens")   # tiles: the default
     # the same prompt again (alone, and a prefix-cache hit where caching is on) decodes the same
     # tokens for the first steps; dummy weights give near-flat logits, so only a prefix is compared
     assert got["again"][:4] == got["first"][:4], got

@@ -108,6 +108,13 @@ def test_custom_backend_slot_points_at_int2(registered):
         assert not other.supports_kv_cache_dtype("int2"), name
 
 
+@pytest.fixture
+def tokens_format(monkeypatch):
+    """The per-token format (FORMAT=tokens), for the tests of its pages and window."""
+    monkeypatch.setenv("APHRODITE_INT2KV_FORMAT", "tokens")
+
+
+@pytest.mark.usefixtures("tokens_format")
 @pytest.mark.parametrize("head_size,heads,G", [(128, 2, 32), (256, 4, 64), (64, 3, 32)])
 def test_kv_page_is_int2_bytes(registered, monkeypatch, head_size, heads, G):
     monkeypatch.setenv("APHRODITE_INT2KV_GROUP_SIZE", str(G))
@@ -146,23 +153,28 @@ def test_sliding_window_layers_are_refused_with_the_fix(registered):
 
 
 @pytest.mark.parametrize("env,match", [
-    ({"APHRODITE_INT2KV_GROUP_SIZE": "48"}, "GROUP_SIZE=48 is not 'auto' or one of"),
-    ({"APHRODITE_INT2KV_GROUP_SIZE": "abc"}, "GROUP_SIZE='abc' is not 'auto' or one of"),
-    ({"APHRODITE_INT2KV_K_CLIP": "1.7", "APHRODITE_INT2KV_LEVELS": "minmax"}, "K_CLIP: clip ratio 1.7"),
-    ({"APHRODITE_INT2KV_LEVELS": "lloyd-max", "APHRODITE_INT2KV_V_CLIP": "0.9"}, "V_CLIP=0.9.*'lloyd-max'"),
-    ({"APHRODITE_INT2KV_K_CLIP": "0.9"}, "K_CLIP=0.9: clip ratios shrink the min/max range only.*LEVELS=minmax"),
-    ({"APHRODITE_INT2KV_LEVELS": "lloyd"}, "LEVELS='lloyd' is not one of std, minmax, lloyd-max"),
+    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_GROUP_SIZE": "48"}, "GROUP_SIZE=48 is not 'auto' or one of"),
+    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_GROUP_SIZE": "abc"}, "GROUP_SIZE='abc' is not 'auto' or one of"),
+    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_K_CLIP": "1.7", "APHRODITE_INT2KV_LEVELS": "minmax"}, "K_CLIP: clip ratio 1.7"),
+    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_LEVELS": "lloyd-max", "APHRODITE_INT2KV_V_CLIP": "0.9"}, "V_CLIP=0.9.*'lloyd-max'"),
+    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_K_CLIP": "0.9"}, "K_CLIP=0.9: clip ratios shrink the min/max range only.*LEVELS=minmax"),
+    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_LEVELS": "lloyd"}, "LEVELS='lloyd' is not one of std, minmax, lloyd-max"),
     ({"APHRODITE_INT2KV_LLOYD_MAX": "1"}, "LLOYD_MAX was replaced by APHRODITE_INT2KV_LEVELS"),
     ({"APHRODITE_INT2KV_K_ROTATION": "/nope/rot.pt"}, "K_ROTATION='/nope/rot.pt'"),
-    ({"APHRODITE_INT2KV_K_CENTER_SKIP": "-1"}, "K_CENTER_SKIP=-1 must be between 0 and 256"),
+    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_K_CENTER_SKIP": "-1"}, "K_CENTER_SKIP=-1 must be between 0 and 256"),
     ({"APHRODITE_INT2KV_K_CENTER_SKIP": "four"}, "K_CENTER_SKIP='four' is not an integer"),
-    ({"APHRODITE_INT2KV_RECENT_WINDOW": "-5"}, "RECENT_WINDOW=-5 must be between 0 .off. and 65536"),
+    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_RECENT_WINDOW": "-5"}, "RECENT_WINDOW=-5 must be between 0 .off. and 65536"),
     ({"APHRODITE_INT2KV_RECENT_WINDOW": "1k"}, "RECENT_WINDOW='1k' is not an integer"),
-    ({"APHRODITE_INT2KV_FORMAT": "tile"}, "FORMAT='tile' is not one of tokens, tiles"),
+    ({"APHRODITE_INT2KV_FORMAT": "tile"}, "FORMAT='tile' is not one of tiles, tokens"),
     ({"APHRODITE_INT2KV_FORMAT": "tiles", "APHRODITE_INT2KV_GROUP_SIZE": "32"},
      "GROUP_SIZE: setting.s. of the per-token format, which APHRODITE_INT2KV_FORMAT=tiles does not use"),
     ({"APHRODITE_INT2KV_FORMAT": "tiles", "APHRODITE_INT2KV_RECENT_WINDOW": "32"},
      "RECENT_WINDOW=32: APHRODITE_INT2KV_FORMAT=tiles keeps a tile's tokens in the recent window.*at least 64"),
+    # the per-token settings without FORMAT: the default (tiles) does not use them, and says so
+    ({"APHRODITE_INT2KV_LEVELS": "minmax"},
+     "LEVELS: setting.s. of the per-token format, which APHRODITE_INT2KV_FORMAT=tiles .the default. does not "
+     "use; unset them, or set APHRODITE_INT2KV_FORMAT=tokens"),
+    ({"APHRODITE_INT2KV_RECENT_WINDOW": "0"}, "RECENT_WINDOW=0: .*a smaller window needs APHRODITE_INT2KV_FORMAT=tokens"),
 ])
 def test_option_errors_name_the_variable(env, match):
     with pytest.raises(Int2ConfigError, match=match):
@@ -170,29 +182,32 @@ def test_option_errors_name_the_variable(env, match):
 
 
 def test_tile_format_option():
-    """FORMAT=tiles: no K centering (the per-channel zeros take the offset), bytes per token of a
-    64-token tile record; the default stays the per-token format."""
+    """FORMAT=tiles, the default: no K centering (the per-channel zeros take the offset), bytes per
+    token of a 64-token tile record; FORMAT=tokens gives the per-token slots."""
     from aphrodite_int2kv.engine.options import slot_bytes_for
 
     t = Int2Options.from_env({"APHRODITE_INT2KV_FORMAT": " Tiles "})
     assert t.tiles and (t.k_center_first, t.k_center_skip) == (0, 0)
     assert [slot_bytes_for(d, t) for d in (64, 128, 256)] == [49, 93, 181]
     assert "format=tiles" in t.describe(128)
-    assert not Int2Options.from_env({}).tiles and slot_bytes_for(128, Int2Options.from_env({})) == 80
+    assert Int2Options.from_env({}) == t and Int2Options.from_env({}).tiles
+    tok = Int2Options.from_env({"APHRODITE_INT2KV_FORMAT": "tokens"})
+    assert not tok.tiles and slot_bytes_for(128, tok) == 80
 
 
 def test_options_defaults_and_values():
-    assert Int2Options.from_env({}) == Int2Options()
-    d = Int2Options()   # the measured default (benchmarks/results/quality_smollm2.json)
+    assert Int2Options.from_env({}) == Int2Options() and Int2Options().tiles
+    tokens = {"APHRODITE_INT2KV_FORMAT": "tokens"}
+    d = Int2Options.from_env(tokens)   # the per-token format's measured defaults (benchmarks/results/quality_smollm2.json)
     assert (d.levels, d.std_range, d.lloyd_max) == ("std", True, False)
-    o = Int2Options.from_env({"APHRODITE_INT2KV_GROUP_SIZE": "64", "APHRODITE_INT2KV_LEVELS": "minmax",
+    o = Int2Options.from_env({**tokens, "APHRODITE_INT2KV_GROUP_SIZE": "64", "APHRODITE_INT2KV_LEVELS": "minmax",
                               "APHRODITE_INT2KV_V_ROTATION": "none", "APHRODITE_INT2KV_K_CLIP": "0.9"})
     assert (o.group_size, o.std_range, o.lloyd_max, o.v_rotation, o.k_clip) == (64, False, False, "none", 0.9)
-    assert Int2Options.from_env({"APHRODITE_INT2KV_LEVELS": "lloyd-max"}).lloyd_max
-    # data-free K centering is on by default (16 keys); 0 or 'auto' can be given
-    assert d.k_center_first == 16 and "first 16 keys" in d.describe()
-    assert Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "0"}).k_center_first == 0
-    assert Int2Options.from_env({"APHRODITE_INT2KV_K_CENTER_FIRST": "auto"}).k_center_first == 16
+    assert Int2Options.from_env({**tokens, "APHRODITE_INT2KV_LEVELS": "lloyd-max"}).lloyd_max
+    # data-free K centering is on by default in the per-token format (16 keys); 0 or 'auto' can be given
+    assert (d.k_center_first, d.k_center_skip) == (16, 4) and "first 16 keys" in d.describe()
+    assert Int2Options.from_env({**tokens, "APHRODITE_INT2KV_K_CENTER_FIRST": "0"}).k_center_first == 0
+    assert Int2Options.from_env({**tokens, "APHRODITE_INT2KV_K_CENTER_FIRST": "auto"}).k_center_first == 16
 
 
 def _hybrid_dir(tmp_path):
@@ -209,6 +224,7 @@ def _hybrid_dir(tmp_path):
     return str(tmp_path)
 
 
+@pytest.mark.usefixtures("tokens_format")
 def test_hybrid_pages_carry_int2_capacity(registered, tmp_path):
     """Qwen3-Next-style hybrid (1 attention layer in 4): the attention page is sized from int2's
     real bytes and the GDN state page is padded to it, so a page holds 6.4x the tokens of bf16's
@@ -357,6 +373,7 @@ def _bf16_tokens(model, specs, mem, max_model_len, block_size=16):
     return get_max_concurrency_for_kv_cache_config(cfg, conf) * max_model_len
 
 
+@pytest.mark.usefixtures("tokens_format")
 def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(registered, tmp_path, monkeypatch):
     """Each int2 layer gets a full-precision companion whose spec is a SlidingWindowSpec(R) with a
     page of exactly the int2 page's bytes; the engine's own grouping puts the windows in their own
@@ -408,6 +425,7 @@ def test_recent_window_is_an_engine_sliding_window_group_and_capacity_stays_5x(r
     assert 5.0 <= ratio, ratio
 
 
+@pytest.mark.usefixtures("tokens_format")
 def test_window_off_registers_no_companion(registered, tmp_path, monkeypatch):
     from aphrodite.engine.arg_utils import EngineArgs
 
@@ -440,6 +458,7 @@ def test_window_page_must_be_whole_tokens():
         window_block_size(16 * 133, 128, SlotLayout(128, 64).slot_bytes)
 
 
+@pytest.mark.usefixtures("tokens_format")
 def test_hybrid_window_page_equals_the_gdn_state_page(registered, tmp_path):
     """On the hybrid the aligned attention page (= the padded GDN state page) also holds a whole
     number of window tokens, so the three page sizes agree: with the window on, the backend asks
@@ -622,6 +641,7 @@ def _kv_manager(cfg, specs):
     return conf, mgr, sizes
 
 
+@pytest.mark.usefixtures("tokens_format")
 @pytest.mark.parametrize("hit_points", [True, False])
 def test_window_pages_at_hit_points_give_prefix_hits(registered, tmp_path, monkeypatch, hit_points):
     """The engine's KVCacheManager (coordinator, block pool, block hashing) on the KV-cache config the
@@ -772,6 +792,7 @@ def test_ring_window_holds_one_page_per_request(registered):
     assert pool.get_num_free_blocks() == free0
 
 
+@pytest.mark.usefixtures("tokens_format")
 @pytest.mark.parametrize("ctx, ring_pages, paged_pages, bf16_pages", [(32848, 17, 20, 86), (131152, 56, 59, 331)])
 def test_hybrid_ring_window_keeps_5x(registered, tmp_path, monkeypatch, ctx, ring_pages, paged_pages, bf16_pages):
     """hybrid27b's shapes (the H200 capacity benchmark: 16 attention layers with 4 KV heads of 256,

@@ -81,7 +81,7 @@ def test_our_settings_are_known_to_the_engine_and_typos_are_named(engine, caplog
     before = dict(envs.environment_variables)
     assert {o.name: o.state for o in aphrodite_int2kv.register()}["env-names"] == "applied"
     assert envs.environment_variables == before                         # idempotent
-    env = {PREFIX + "RECENT_WINDOW": "64", PREFIX + "GROUP_SIZE": "auto"}
+    env = {PREFIX + "RECENT_WINDOW": "64", PREFIX + "FORMAT": "tiles"}
     with pytest.MonkeyPatch.context() as mp:
         for k, v in env.items():
             mp.setenv(k, v)
@@ -118,7 +118,7 @@ def test_doctor_shows_and_validates_the_int2_options(engine):
                          env={**os.environ, "APHRODITE_INT2KV_RECENT_WINDOW": "64"})
     assert res.returncode == 0 and "recent window=64" in res.stdout, res.stdout[-2000:]
     res = subprocess.run([exe, "doctor"], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "APHRODITE_INT2KV_GROUP_SIZE": "48"})
+                         env={**os.environ, "APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_GROUP_SIZE": "48"})
     assert res.returncode == 1 and "INVALID" in res.stdout and "GROUP_SIZE=48" in res.stdout
 
 

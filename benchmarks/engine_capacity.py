@@ -66,12 +66,9 @@ class Engine:
     """The real engine on the CPU, the plugin registered, and its capacity arithmetic."""
 
     def __init__(self, context: int, kv_bytes: int):
-        import aphrodite.platforms as platforms
+        from aphrodite_int2kv.engine.offline import use_cpu_platform
 
-        if type(platforms.current_platform).__name__ == "UnspecifiedPlatform":
-            from aphrodite.platforms.cpu import CpuPlatform
-
-            platforms._current_platform = CpuPlatform()
+        use_cpu_platform()     # the engine's CPU platform, sizing as a GPU would
         import aphrodite_int2kv
         aphrodite_int2kv.register()
         from aphrodite import __version__

@@ -8,6 +8,22 @@ the tests build their engines with them; nothing here runs in a serving engine.
 from __future__ import annotations
 
 
+def use_cpu_platform():
+    """Select aphrodite's CPU platform where none was detected (0.21.0 cannot infer the CPU device),
+    sizing the KV cache as a CUDA GPU would: on a CPU with AVX-512 BF16, 0.24's CpuPlatform keeps
+    Gated DeltaNet states in float32 for its own CPU kernels, which doubles their pages and so the
+    hybrid models' page size on some machines and not on others; a GPU keeps the model's dtype."""
+    import aphrodite.platforms as platforms
+    import torch
+
+    if type(platforms.current_platform).__name__ == "UnspecifiedPlatform":
+        from aphrodite.platforms.cpu import CpuPlatform
+
+        platforms._current_platform = CpuPlatform()
+    if type(platforms.current_platform).__name__ == "CpuPlatform":
+        torch.cpu._is_avx512_bf16_supported = lambda: False
+
+
 def build_int2_layers(cfg, n, backend="int2"):
     """Real `Attention` layers as a model builds them (our __init__ wrapper adds the companions).
     This host is CPU-only, so the backend the CUDA platform would select for int2 is passed in."""

@@ -12,7 +12,7 @@ cores and workers inherit it). Validated at start-up with errors that name the v
 | APHRODITE_INT2KV_K_CENTER_SKIP | 4 | with K offsets: the first N tokens of each sequence (attention sinks) are stored uncentered |
 | APHRODITE_INT2KV_K_CENTER_FIRST | auto | data-free K centering: the offset of each sequence is the mean of its first N keys as the cache holds them (those N stay uncentered); auto = 16 (+2.5 % PPL on SmolLM2 instead of +4.2 %, -0.9 % decode throughput at 32K), or 0 (off) when the K rotation file carries offsets; 0 = off |
 | APHRODITE_INT2KV_RECENT_WINDOW | 128 | the last R tokens of each sequence are also kept in bf16/fp16 and read from there (0 = off) |
-| APHRODITE_INT2KV_FORMAT | tokens | `tokens`: 2-bit K and V in per-token groups (the settings above); `tiles`: the long-context format, K 3-bit and V 2-bit quantized per channel across tiles of 64 tokens when they leave the recent window (docs/format.md, "Channel-tile format"; the group, level, clip, centering and decode-tile settings do not apply to it) |
+| APHRODITE_INT2KV_FORMAT | tiles | `tiles`: the long-context format, K 3-bit and V 2-bit quantized per channel across tiles of 64 tokens when they leave the recent window (docs/format.md, "Channel-tile format"; the group, level, clip, centering and decode-tile settings do not apply to it); `tokens`: 2-bit K and V in per-token groups (the settings above), faster to decode but it loses what the model saw more than a few hundred tokens back (docs/quality.md) |
 | APHRODITE_INT2KV_DECODE_TILE | auto | decode's int2 tile: `folded` (codes straight into the tensor cores, scale and zero applied to the dot products; uniform levels only), `per-code` (each code dequantized first); auto = folded for `std`/`minmax` levels, per-code for `lloyd-max` |
 """
 
@@ -33,7 +33,7 @@ OPTION_NAMES = ("GROUP_SIZE", "K_ROTATION", "V_ROTATION", "K_CLIP", "V_CLIP", "L
 KNOWN = OPTION_NAMES + ("CACHE", "DEVICE_LIMITS")
 LEVELS = ("std", "minmax", "lloyd-max")
 DECODE_TILES = ("auto", "folded", "per-code")
-FORMATS = ("tokens", "tiles")
+FORMATS = ("tiles", "tokens")
 TILE = 64                # tokens per tile of the `tiles` format
 TILE_SINKS = 4           # the first positions of each sequence, kept in the recent window in full precision (`tiles`)
 # settings of the per-token format only: a user who sets one with FORMAT=tiles is told so
@@ -111,11 +111,11 @@ class Int2Options:
     k_clip: float = 1.0
     v_clip: float = 1.0
     levels: str = "std"
-    k_center_skip: int = 4
-    k_center_first: int = 16          # from_env: 0 when the K rotation file carries offsets
+    k_center_skip: int = 0            # FORMAT=tokens: 4 (from_env)
+    k_center_first: int = 0           # FORMAT=tokens: 16, or 0 when the K rotation file carries offsets (from_env)
     recent_window: int = 128
     decode_tile: str = "auto"
-    format: str = "tokens"
+    format: str = "tiles"             # the defaults above are the tile format's: no K centering
 
     @classmethod
     def from_env(cls, env=None) -> "Int2Options":
@@ -145,17 +145,15 @@ class Int2Options:
             k_center_first=get("K_CENTER_FIRST", None, _center_first, "'auto' or an integer number of tokens (0 = off)"),
             recent_window=get("RECENT_WINDOW", 128, int, "an integer number of tokens (0 = off)"),
             decode_tile=get("DECODE_TILE", "auto", lambda r: r.strip().lower(), "a decode tile"),
-            format=get("FORMAT", "tokens", lambda r: r.strip().lower(), "a format"),
+            format=get("FORMAT", "tiles", lambda r: r.strip().lower(), "a format"),
         )
         if opts.format == "tiles":
             given = [PREFIX + n for n in TOKEN_FORMAT_ONLY if env.get(PREFIX + n)]
             if given:
+                default = "" if env.get(PREFIX + "FORMAT") else " (the default)"
                 raise Int2ConfigError(f"{', '.join(given)}: setting(s) of the per-token format, which "
-                                      f"{PREFIX}FORMAT=tiles does not use; unset them, or set {PREFIX}FORMAT=tokens")
-            if _file_offsets(opts.k_rotation):
-                raise Int2ConfigError(f"{PREFIX}K_ROTATION={opts.k_rotation!r} carries K offsets ('k_offset'), "
-                                      f"which {PREFIX}FORMAT=tiles does not use (its per-channel zeros take the "
-                                      f"offset): use a rotation file without offsets, or {PREFIX}FORMAT=tokens")
+                                      f"{PREFIX}FORMAT=tiles{default} does not use; unset them, or set "
+                                      f"{PREFIX}FORMAT=tokens")
             opts = dataclasses.replace(opts, k_center_first=0, k_center_skip=0)
         if opts.k_center_first is None:   # auto: data-free centering unless a file gives offsets
             opts = dataclasses.replace(opts, k_center_first=0 if _file_offsets(opts.k_rotation) else DATA_FREE_FIRST)
@@ -193,7 +191,8 @@ class Int2Options:
         if self.tiles and self.recent_window < TILE:
             raise Int2ConfigError(f"{PREFIX}RECENT_WINDOW={self.recent_window}: {PREFIX}FORMAT=tiles keeps a tile's "
                                   f"tokens in the recent window until the tile is whole, so the window must hold at "
-                                  f"least {TILE} tokens (128 is the measured default)")
+                                  f"least {TILE} tokens (128 is the measured default); a smaller window needs "
+                                  f"{PREFIX}FORMAT=tokens")
         if self.levels not in LEVELS:
             raise Int2ConfigError(f"{PREFIX}LEVELS={self.levels!r} is not one of {', '.join(LEVELS)} "
                                   f"(std is the measured default)")
@@ -234,6 +233,11 @@ class Int2Options:
                 problem = _rotation_file_problem(rot, st.st_size, st.st_mtime_ns)
                 if problem:
                     raise Int2ConfigError(f"{PREFIX}{name}: {problem}")
+
+        if self.tiles and _file_offsets(self.k_rotation):
+            raise Int2ConfigError(f"{PREFIX}K_ROTATION={self.k_rotation!r} carries K offsets ('k_offset'), "
+                                  f"which {PREFIX}FORMAT=tiles does not use (its per-channel zeros take the "
+                                  f"offset): use a rotation file without offsets, or {PREFIX}FORMAT=tokens")
 
     def describe(self, head_dim: int | None = None) -> str:
         if self.tiles:

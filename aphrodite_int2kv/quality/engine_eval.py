@@ -23,8 +23,7 @@ import time
 CONFIGS = {
     "bf16": ("auto", {}),
     "int2": ("int2", {}),
-    "int2-no-window": ("int2", {"APHRODITE_INT2KV_RECENT_WINDOW": "0"}),
-    "int2-tiles": ("int2", {"APHRODITE_INT2KV_FORMAT": "tiles"}),
+    "int2-tokens": ("int2", {"APHRODITE_INT2KV_FORMAT": "tokens"}),
     "fp8": ("fp8", {}),
 }
 
