@@ -57,14 +57,7 @@ def tp_group(engine, tmp_path_factory):
 
 
 # What the `engine` fixture does, for fresh interpreters (0.21.0 cannot infer the CPU device).
-CPU_PLATFORM = (
-    "import aphrodite.platforms as _platforms\n"
-    "if type(_platforms.current_platform).__name__ == 'UnspecifiedPlatform':\n"
-    "    from aphrodite.platforms.cpu import CpuPlatform\n"
-    "    _platforms._current_platform = CpuPlatform()\n"
-    "    import torch as _torch\n"
-    "    _torch.cpu._is_avx512_bf16_supported = lambda: False\n"   # as offline.use_cpu_platform
-)
+CPU_PLATFORM = "from aphrodite_int2kv.engine.offline import use_cpu_platform as _cpu\n_cpu()\n"
 
 
 def run_python(code: str, env_extra: dict | None = None, timeout: int = 300, cpu_platform=False):
