@@ -56,6 +56,16 @@ def tp_group(engine, tmp_path_factory):
     return config
 
 
+# The per-token format (no longer the default), for the tests about it: as options, and as the
+# process environment the engine glue reads
+TOKENS = {"APHRODITE_INT2KV_FORMAT": "tokens"}
+
+
+@pytest.fixture
+def tokens_format(monkeypatch):
+    monkeypatch.setenv("APHRODITE_INT2KV_FORMAT", "tokens")
+
+
 # What the `engine` fixture does, for fresh interpreters (0.21.0 cannot infer the CPU device).
 CPU_PLATFORM = "from aphrodite_int2kv.engine.offline import use_cpu_platform as _cpu\n_cpu()\n"
 

@@ -13,7 +13,7 @@ from aphrodite_int2kv.int2 import reference as R
 from aphrodite_int2kv.int2.format import SlotLayout
 from aphrodite_int2kv.int2.quantizer import fake_quantize
 from aphrodite_int2kv.int2.rotation import hadamard
-from aphrodite_int2kv_tests.conftest import DEVICE
+from aphrodite_int2kv_tests.conftest import DEVICE, TOKENS
 
 D, HQ, HKV, BS = 64, 6, 2, 16
 # Under the interpreter every dot is fp32; on the GPU (run there with real compilation) the kernels'
@@ -21,14 +21,9 @@ D, HQ, HKV, BS = 64, 6, 2, 16
 ATOL = 1e-4 if DEVICE == "cpu" else 5e-3
 
 
-TOKENS = {"APHRODITE_INT2KV_FORMAT": "tokens"}
-
-
-@pytest.fixture(autouse=True)
-def tokens_format(monkeypatch):
-    """Every test here but the FORMAT=tiles ones at the end (which set it themselves) is about the
-    per-token format, which is no longer the default."""
-    monkeypatch.setenv("APHRODITE_INT2KV_FORMAT", "tokens")
+# every test here but the FORMAT=tiles ones at the end (which set it themselves) is about the
+# per-token format, which is no longer the default
+pytestmark = pytest.mark.usefixtures("tokens_format")
 
 
 @pytest.fixture

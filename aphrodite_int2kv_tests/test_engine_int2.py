@@ -7,7 +7,7 @@ import torch
 
 from aphrodite_int2kv.engine.options import Int2Options
 from aphrodite_int2kv.int2.format import Int2ConfigError, SlotLayout
-from aphrodite_int2kv_tests.conftest import run_python
+from aphrodite_int2kv_tests.conftest import TOKENS, run_python
 from aphrodite_int2kv.engine.offline import build_int2_layers as _build_int2_layers
 from aphrodite_int2kv.engine.offline import engine_specs as _engine_specs
 from aphrodite_int2kv.engine.offline import heads_dir as _heads_dir
@@ -108,12 +108,6 @@ def test_custom_backend_slot_points_at_int2(registered):
         assert not other.supports_kv_cache_dtype("int2"), name
 
 
-@pytest.fixture
-def tokens_format(monkeypatch):
-    """The per-token format (FORMAT=tokens), for the tests of its pages and window."""
-    monkeypatch.setenv("APHRODITE_INT2KV_FORMAT", "tokens")
-
-
 @pytest.mark.usefixtures("tokens_format")
 @pytest.mark.parametrize("head_size,heads,G", [(128, 2, 32), (256, 4, 64), (64, 3, 32)])
 def test_kv_page_is_int2_bytes(registered, monkeypatch, head_size, heads, G):
@@ -153,17 +147,17 @@ def test_sliding_window_layers_are_refused_with_the_fix(registered):
 
 
 @pytest.mark.parametrize("env,match", [
-    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_GROUP_SIZE": "48"}, "GROUP_SIZE=48 is not 'auto' or one of"),
-    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_GROUP_SIZE": "abc"}, "GROUP_SIZE='abc' is not 'auto' or one of"),
-    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_K_CLIP": "1.7", "APHRODITE_INT2KV_LEVELS": "minmax"}, "K_CLIP: clip ratio 1.7"),
-    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_LEVELS": "lloyd-max", "APHRODITE_INT2KV_V_CLIP": "0.9"}, "V_CLIP=0.9.*'lloyd-max'"),
-    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_K_CLIP": "0.9"}, "K_CLIP=0.9: clip ratios shrink the min/max range only.*LEVELS=minmax"),
-    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_LEVELS": "lloyd"}, "LEVELS='lloyd' is not one of std, minmax, lloyd-max"),
+    ({**TOKENS, "APHRODITE_INT2KV_GROUP_SIZE": "48"}, "GROUP_SIZE=48 is not 'auto' or one of"),
+    ({**TOKENS, "APHRODITE_INT2KV_GROUP_SIZE": "abc"}, "GROUP_SIZE='abc' is not 'auto' or one of"),
+    ({**TOKENS, "APHRODITE_INT2KV_K_CLIP": "1.7", "APHRODITE_INT2KV_LEVELS": "minmax"}, "K_CLIP: clip ratio 1.7"),
+    ({**TOKENS, "APHRODITE_INT2KV_LEVELS": "lloyd-max", "APHRODITE_INT2KV_V_CLIP": "0.9"}, "V_CLIP=0.9.*'lloyd-max'"),
+    ({**TOKENS, "APHRODITE_INT2KV_K_CLIP": "0.9"}, "K_CLIP=0.9: clip ratios shrink the min/max range only.*LEVELS=minmax"),
+    ({**TOKENS, "APHRODITE_INT2KV_LEVELS": "lloyd"}, "LEVELS='lloyd' is not one of std, minmax, lloyd-max"),
     ({"APHRODITE_INT2KV_LLOYD_MAX": "1"}, "LLOYD_MAX was replaced by APHRODITE_INT2KV_LEVELS"),
     ({"APHRODITE_INT2KV_K_ROTATION": "/nope/rot.pt"}, "K_ROTATION='/nope/rot.pt'"),
-    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_K_CENTER_SKIP": "-1"}, "K_CENTER_SKIP=-1 must be between 0 and 256"),
+    ({**TOKENS, "APHRODITE_INT2KV_K_CENTER_SKIP": "-1"}, "K_CENTER_SKIP=-1 must be between 0 and 256"),
     ({"APHRODITE_INT2KV_K_CENTER_SKIP": "four"}, "K_CENTER_SKIP='four' is not an integer"),
-    ({"APHRODITE_INT2KV_FORMAT": "tokens", "APHRODITE_INT2KV_RECENT_WINDOW": "-5"}, "RECENT_WINDOW=-5 must be between 0 .off. and 65536"),
+    ({**TOKENS, "APHRODITE_INT2KV_RECENT_WINDOW": "-5"}, "RECENT_WINDOW=-5 must be between 0 .off. and 65536"),
     ({"APHRODITE_INT2KV_RECENT_WINDOW": "1k"}, "RECENT_WINDOW='1k' is not an integer"),
     ({"APHRODITE_INT2KV_FORMAT": "tile"}, "FORMAT='tile' is not one of tiles, tokens"),
     ({"APHRODITE_INT2KV_FORMAT": "tiles", "APHRODITE_INT2KV_GROUP_SIZE": "32"},
@@ -191,23 +185,22 @@ def test_tile_format_option():
     assert [slot_bytes_for(d, t) for d in (64, 128, 256)] == [49, 93, 181]
     assert "format=tiles" in t.describe(128)
     assert Int2Options.from_env({}) == t and Int2Options.from_env({}).tiles
-    tok = Int2Options.from_env({"APHRODITE_INT2KV_FORMAT": "tokens"})
+    tok = Int2Options.from_env(TOKENS)
     assert not tok.tiles and slot_bytes_for(128, tok) == 80
 
 
 def test_options_defaults_and_values():
     assert Int2Options.from_env({}) == Int2Options() and Int2Options().tiles
-    tokens = {"APHRODITE_INT2KV_FORMAT": "tokens"}
-    d = Int2Options.from_env(tokens)   # the per-token format's measured defaults (benchmarks/results/quality_smollm2.json)
+    d = Int2Options.from_env(TOKENS)   # the per-token format's measured defaults (benchmarks/results/quality_smollm2.json)
     assert (d.levels, d.std_range, d.lloyd_max) == ("std", True, False)
-    o = Int2Options.from_env({**tokens, "APHRODITE_INT2KV_GROUP_SIZE": "64", "APHRODITE_INT2KV_LEVELS": "minmax",
+    o = Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_GROUP_SIZE": "64", "APHRODITE_INT2KV_LEVELS": "minmax",
                               "APHRODITE_INT2KV_V_ROTATION": "none", "APHRODITE_INT2KV_K_CLIP": "0.9"})
     assert (o.group_size, o.std_range, o.lloyd_max, o.v_rotation, o.k_clip) == (64, False, False, "none", 0.9)
-    assert Int2Options.from_env({**tokens, "APHRODITE_INT2KV_LEVELS": "lloyd-max"}).lloyd_max
+    assert Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_LEVELS": "lloyd-max"}).lloyd_max
     # data-free K centering is on by default in the per-token format (16 keys); 0 or 'auto' can be given
     assert (d.k_center_first, d.k_center_skip) == (16, 4) and "first 16 keys" in d.describe()
-    assert Int2Options.from_env({**tokens, "APHRODITE_INT2KV_K_CENTER_FIRST": "0"}).k_center_first == 0
-    assert Int2Options.from_env({**tokens, "APHRODITE_INT2KV_K_CENTER_FIRST": "auto"}).k_center_first == 16
+    assert Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_K_CENTER_FIRST": "0"}).k_center_first == 0
+    assert Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_K_CENTER_FIRST": "auto"}).k_center_first == 16
 
 
 def _hybrid_dir(tmp_path):
