@@ -136,13 +136,16 @@ def test_kv_page_is_int2_bytes(registered, monkeypatch, head_size, heads, G):
     assert bf16_page / spec.page_size_bytes == pytest.approx(SlotLayout(head_size, G).ratio_vs())
 
 
-def test_sliding_window_layers_are_refused_with_the_fix(registered):
+def test_int2_impl_refuses_what_it_cannot_serve(registered):
     from aphrodite_int2kv.engine.backend import Int2AttentionImpl
 
-    with pytest.raises(Int2ConfigError, match="sliding-window layers.*Use --kv-cache-dtype fp8 or auto"):
+    # a sliding-window layer never reaches int2 (the patch builds it with the local dtype)
+    with pytest.raises(Int2ConfigError, match="sliding window of 256 tokens.*LOCAL_KV_DTYPE"):
         Int2AttentionImpl(4, 128, 128 ** -0.5, 2, None, 256, "int2")
     with pytest.raises(Int2ConfigError, match="head size 96"):
         Int2AttentionImpl(4, 96, 96 ** -0.5, 2, None, None, "int2")
+    with pytest.raises(Int2ConfigError, match="attention sinks"):
+        Int2AttentionImpl(4, 64, 64 ** -0.5, 2, None, None, "int2", sinks=torch.zeros(4))
     Int2AttentionImpl(4, 128, 128 ** -0.5, 2, None, None, "int2")  # the supported case builds
 
 
@@ -160,6 +163,7 @@ def test_sliding_window_layers_are_refused_with_the_fix(registered):
     ({**TOKENS, "APHRODITE_INT2KV_RECENT_WINDOW": "-5"}, "RECENT_WINDOW=-5 must be between 0 .off. and 65536"),
     ({"APHRODITE_INT2KV_RECENT_WINDOW": "1k"}, "RECENT_WINDOW='1k' is not an integer"),
     ({"APHRODITE_INT2KV_FORMAT": "tile"}, "FORMAT='tile' is not one of tiles, tokens"),
+    ({"APHRODITE_INT2KV_LOCAL_KV_DTYPE": "int2"}, "LOCAL_KV_DTYPE='int2' is not one of auto, fp8"),
     ({"APHRODITE_INT2KV_FORMAT": "tiles", "APHRODITE_INT2KV_GROUP_SIZE": "32"},
      "GROUP_SIZE: setting.s. of the per-token format, which APHRODITE_INT2KV_FORMAT=tiles does not use"),
     ({"APHRODITE_INT2KV_FORMAT": "tiles", "APHRODITE_INT2KV_RECENT_WINDOW": "32"},
@@ -261,76 +265,135 @@ def test_hybrid_alignment_without_the_fix_sizes_int2_as_bytes(registered, tmp_pa
     assert cfg.cache_config.mamba_page_size_padded == cfg.cache_config.block_size * eight_bit_per_token
 
 
-def _gemma3_like_layers(cfg, n=6, window=1024):
-    """A Gemma-3-style stack: five local (sliding-window) layers to one global, as its model builds them."""
-    from aphrodite.config import set_current_aphrodite_config
-    from aphrodite.model_executor.layers.attention.attention import Attention
+def test_shared_pages_fit_int2_to_the_local_pages():
+    """The int2 block is the smallest multiple of a tile whose page, padded to a whole number of
+    16-token local pages, wastes <= 5 %; a user's block is kept as given."""
+    from aphrodite_int2kv.engine.local_layers import shared_pages
 
-    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+    def fit(head, local_bytes_per_elem=2, heads=1, block=None):
+        p = shared_pages(heads * slot_bytes_for(head, Int2Options()), heads * 2 * head * local_bytes_per_elem, block)
+        return p.int2_block, p.local_block, round(p.waste, 3)
 
-    hf = cfg.model_config.hf_config
-    with set_current_aphrodite_config(cfg):
-        for i in range(n):
-            local = i % 6 != 5
-            extra = {"per_layer_sliding_window": window} if local else {"attn_backend": Int2AttentionBackend}
-            Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5, num_kv_heads=hf.num_key_value_heads,
-                      cache_config=cfg.cache_config, prefix=f"model.layers.{i}.self_attn.attn", **extra)
+    from aphrodite_int2kv.engine.options import slot_bytes_for
+
+    assert fit(128) == (256, 48, 0.031) == fit(128, heads=16)      # 23,808 of 24,576 B per KV head
+    assert fit(256) == (448, 80, 0.01)
+    assert fit(64) == (320, 64, 0.043)
+    assert fit(128, local_bytes_per_elem=1) == (128, 48, 0.031)    # fp8 local layers: half the bytes, half the block
+    assert fit(128, block=128) == (128, 32, 0.273)                 # --block-size 128: kept, 27 % padding
+    with pytest.raises(Int2ConfigError, match="no page size fits both"):
+        from aphrodite_int2kv.engine.local_layers import shared_pages as sp
+        sp(512, 512)
 
 
-def test_models_with_sliding_window_layers_are_refused_at_build(registered, tmp_path):
-    """Gemma-3-style (5 local : 1 global): int2 cannot take the local layers, and kept in bf16 with
-    kv_cache_dtype_skip_layers=['sliding_window'] they stop the build with the reason and the fix,
-    not later in the engine's page sizing."""
+@pytest.mark.parametrize("local_dtype", ["auto", "fp8"])
+def test_sliding_window_layers_keep_the_engine_cache_beside_int2(registered, tmp_path, monkeypatch, local_dtype):
+    """Gemma-3-style (5 local : 1 global): under --kv-cache-dtype int2 the global layers are int2 on
+    our backend; the local layers are built by the engine with the local dtype (model dtype or fp8)
+    and the engine's own backend; the engine's config object keeps int2."""
     from aphrodite.engine.arg_utils import EngineArgs
 
-    cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=32768,
-                     skip_tokenizer_init=True, kv_cache_dtype_skip_layers=["sliding_window"]).create_engine_config()
-    with pytest.raises(Int2ConfigError, match=r"sliding-window layers.*model.layers.0.*kept in auto"):
-        _gemma3_like_layers(cfg)
-    # the same local layers under bf16 build as before: the check is int2's alone
-    cfg = EngineArgs(model=_dense_long_dir(tmp_path), max_model_len=32768, skip_tokenizer_init=True,
-                     kv_cache_dtype_skip_layers=["sliding_window"]).create_engine_config()
-    from aphrodite.config import set_current_aphrodite_config
-    from aphrodite.model_executor.layers.attention.attention import Attention
-
-    hf = cfg.model_config.hf_config
-    with set_current_aphrodite_config(cfg):
-        Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5, num_kv_heads=hf.num_key_value_heads,
-                  cache_config=cfg.cache_config, prefix="model.layers.0.self_attn.attn", per_layer_sliding_window=1024)
-
-
-def test_the_engine_cannot_page_int2_beside_bf16_sliding_window_layers(registered, tmp_path):
-    """Why the refusal: bf16 sliding-window pages and int2 pages (80-byte slots) have no whole-number
-    ratio, and the engine's own sizing (get_kv_cache_configs) gives every group one page size: 0.21
-    fails, 0.24 pads the int2 page up to the bf16 page (int2 would save nothing)."""
-    import torch
-    from aphrodite.engine.arg_utils import EngineArgs
-    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs
-    from aphrodite.v1.kv_cache_interface import FullAttentionSpec, SlidingWindowSpec
-
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-    from aphrodite_int2kv.engine.kv_api import int2_spec, shape_based_kv_api
+    from aphrodite_int2kv.engine.offline import build_local_global_layers
 
+    monkeypatch.setenv("APHRODITE_INT2KV_LOCAL_KV_DTYPE", local_dtype)
     cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=32768,
                      skip_tokenizer_init=True).create_engine_config()
-    local = {f"model.layers.{i}.self_attn.attn": SlidingWindowSpec(block_size=128, num_kv_heads=8, head_size=128,
-                                                                    dtype=torch.bfloat16, sliding_window=1024)
-             for i in range(5)}
-    if shape_based_kv_api():
-        glob = int2_spec(128, 8, 128)
-    else:
-        glob = Int2AttentionBackend.customize_spec(FullAttentionSpec(block_size=128, num_kv_heads=8, head_size=128,
-                                                                    dtype=torch.uint8))
-    assert local["model.layers.0.self_attn.attn"].page_size_bytes % glob.page_size_bytes != 0
-    _resolve_layout(cfg)
-    specs = {**local, "model.layers.5.self_attn.attn": glob}
-    if shape_based_kv_api():
-        with pytest.raises(NotImplementedError, match="page size"):
-            get_kv_cache_configs(cfg, [specs], [8 << 30])
-    else:
-        (conf,) = get_kv_cache_configs(cfg, [specs], [8 << 30])
-        pages = {g.layer_names[0]: g.kv_cache_spec.page_size_bytes for g in conf.kv_cache_groups}
-        assert pages["model.layers.5.self_attn.attn"] == pages["model.layers.0.self_attn.attn"] > glob.page_size_bytes
+    layers = build_local_global_layers(cfg, 12, 1024)
+    local = [l for i, l in enumerate(layers) if (i + 1) % 6]
+    glob = [layers[5], layers[11]]
+    assert {l.kv_cache_dtype for l in local} == {local_dtype} and {l.sliding_window for l in local} == {1024}
+    assert all(not issubclass(l.attn_backend, Int2AttentionBackend) for l in local)
+    assert {l.kv_cache_dtype for l in glob} == {"int2"} and all(l.attn_backend is Int2AttentionBackend for l in glob)
+    assert cfg.cache_config.cache_dtype == "int2"
+    ctx = cfg.compilation_config.static_forward_context
+    assert sorted(n for n in ctx if n.endswith(".int2_window")) == [
+        "model.layers.11.self_attn.attn.int2_window", "model.layers.5.self_attn.attn.int2_window"]
+
+
+def _gemma_configs(tmp_path, max_model_len, local_dtype=None, monkeypatch=None, n=12):
+    """(bf16 config, int2 config) of a Gemma-3-style stack with Qwen3-8B-like heads (32 q / 8 KV of
+    128, window 1024), every layer built as the model builds it."""
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.config import set_current_aphrodite_config
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+    from aphrodite_int2kv.engine.offline import build_local_global_layers
+
+    model = _heads_dir(tmp_path, 32, 8, 128, max_positions=max_model_len)
+    out = []
+    for kv in ("auto", "int2"):
+        cfg = EngineArgs(model=model, kv_cache_dtype=kv, max_model_len=max_model_len,
+                         skip_tokenizer_init=True).create_engine_config()
+        build_local_global_layers(cfg, n, 1024)
+        if kv == "int2":
+            with set_current_aphrodite_config(cfg):      # what update_block_size_for_backend asks
+                cfg.cache_config.block_size = Int2AttentionBackend.get_preferred_block_size(16)
+        out.append(cfg)
+    return out
+
+
+def test_sliding_window_model_pages_share_one_size_and_int2_saves(registered, tmp_path):
+    """The engine's own get_kv_cache_configs accepts the mix on both engine generations (0.21 used
+    to fail with "page size not divisible", 0.24 to pad int2 up to bf16): the local pages (48 bf16
+    tokens) are the shared page, exactly filled; the int2 pages (256 tokens) and the windows' are
+    padded to it; capacity by the engine's own arithmetic is 2.2x bf16's at 32K (5 local layers of
+    1,024 tokens budgeted a window plus a 2,048-token prefill chunk per request by the engine) and
+    3.4x at 128K."""
+    from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
+    from aphrodite.v1.kv_cache_interface import SlidingWindowSpec
+
+    ratios = {}
+    for ctx in (32768, 131072):
+        bf16, int2 = _gemma_configs(tmp_path / str(ctx), ctx)
+
+        assert int2.cache_config.block_size == 256
+        specs = _engine_specs(int2)
+        local = specs["model.layers.0.self_attn.attn"]
+        glob = specs["model.layers.5.self_attn.attn"]
+        win = specs["model.layers.5.self_attn.attn.int2_window"]
+        assert isinstance(local, SlidingWindowSpec) and local.dtype == torch.bfloat16 and local.block_size == 48
+        assert local.page_size_padded is None and local.page_size_bytes == 48 * 8 * 128 * 2 * 2
+        assert glob.block_size == 256 and glob.page_size_padded == local.page_size_bytes
+        assert glob.real_page_size_bytes == 256 * 8 * 93
+        assert win.page_size_bytes == local.page_size_bytes and win.block_size == 32
+        concurrency = {}
+        for name, cfg, sp in (("bf16", bf16, _engine_specs(bf16)), ("int2", int2, specs)):
+            _resolve_layout(cfg, None if name == "int2" else [])
+            (conf,) = get_kv_cache_configs(cfg, [sp], [8 << 30])
+            assert len({g.kv_cache_spec.page_size_bytes for g in conf.kv_cache_groups}) == 1
+            concurrency[name] = get_max_concurrency_for_kv_cache_config(cfg, conf)
+        ratios[ctx] = concurrency["int2"] / concurrency["bf16"]
+    assert 2.1 < ratios[32768] < 2.3 and 3.3 < ratios[131072] < 3.6, ratios
+
+
+def test_a_model_with_no_int2_layer_is_refused(registered, tmp_path):
+    """Every layer local (a model-level sliding window, Mistral-7B-v0.1 style): int2 would be
+    active on none; the first spec asked says so instead of serving bf16 under an int2 flag."""
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.config import set_current_aphrodite_config
+    from aphrodite.model_executor.layers.attention.attention import Attention
+
+    cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=8192,
+                     skip_tokenizer_init=True).create_engine_config()
+    hf = cfg.model_config.hf_config
+    with set_current_aphrodite_config(cfg):
+        layer = Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5, num_kv_heads=hf.num_key_value_heads,
+                          cache_config=cfg.cache_config, prefix="model.layers.0.self_attn.attn",
+                          per_layer_sliding_window=4096)
+    assert layer.kv_cache_dtype == "auto"
+    with pytest.raises(Int2ConfigError, match="no attention layer of this model takes int2.*auto or fp8"):
+        layer.get_kv_cache_spec(cfg)
+
+
+def test_start_up_line_names_the_int2_and_the_local_layers(registered, tmp_path):
+    from aphrodite_int2kv.engine.local_layers import describe, layer_ranges
+
+    _, int2 = _gemma_configs(tmp_path, 32768)
+    line = describe(int2)
+    assert "10 sliding-window layers (window 1024) (layers 0-4, 6-10) keep the engine's own auto cache" in line
+    assert "pages of 48 tokens, the int2 pages of 256 tokens padded to them (3.1% padding)" in line
+    assert layer_ranges(["model.layers.5.self_attn.attn", "model.layers.11.self_attn.attn"]) == "layers 5, 11"
 
 
 def test_int2_on_a_non_cuda_platform_stops_at_layer_build(registered, tmp_path):

@@ -20,7 +20,7 @@ from aphrodite.v1.attention.backend import (AttentionBackend, AttentionCGSupport
                                             AttentionType, MultipleOf)
 from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
 
-from aphrodite_int2kv.engine.kv_api import SLIDING_WINDOW_MODELS, shape_based_kv_api
+from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
 from aphrodite_int2kv.engine.options import TILE, TILE_SINKS, options, slot_bytes_for
 from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout, pages_heads_first
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
@@ -132,8 +132,14 @@ class Int2AttentionBackend(AttentionBackend):
             cfg = get_current_aphrodite_config_or_none()
             hybrid = bool(cfg and cfg.model_config and cfg.model_config.is_hybrid)
         except Exception:
-            hybrid = False
+            cfg, hybrid = None, False
         opts = options()
+        if cfg is not None and not hybrid:
+            from aphrodite_int2kv.engine.local_layers import model_pages
+
+            pages = model_pages(cfg)
+            if pages is not None:   # sliding-window layers beside int2 ones: the int2 block fitted to their pages
+                return pages.int2_block
         if opts.tiles and not hybrid:
             # two tiles: prefix-hit points every 128 tokens, the window in pages of 16 tokens
             # padded to the int2 page (11,904 B per head at head_dim 128, 23.25 bf16 tokens)
@@ -223,7 +229,7 @@ class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
         check_engine_features(aphrodite_config)
         check_window_companions(aphrodite_config, layer_names)
         self._init_reorder_batch_threshold(1, supports_spec_as_decode=False)
-        _log_active(kv_cache_spec, layer_names)
+        _log_active(kv_cache_spec, layer_names, aphrodite_config)
 
     def build_for_cudagraph_capture(self, common_attn_metadata):
         meta = self.build(0, common_attn_metadata)
@@ -241,10 +247,13 @@ class Int2MetadataBuilder(AttentionMetadataBuilder[Int2Metadata]):
                             num_prefills=num_prefills)
 
 
-def _log_active(spec, layer_names) -> None:
-    """The start-up proof: one line per int2 KV-cache group in the worker."""
+def _log_active(spec, layer_names, aphrodite_config=None) -> None:
+    """The start-up proof: one line per int2 KV-cache group in the worker (which layers are int2,
+    and on sliding-window models which keep the engine's own cache)."""
     try:
         from aphrodite.logger import init_logger
+
+        from aphrodite_int2kv.engine.local_layers import describe, layer_ranges
 
         opts = options()
         heads, head = spec.num_kv_heads, spec.head_size
@@ -255,10 +264,10 @@ def _log_active(spec, layer_names) -> None:
                       f"({opts.recent_window * heads * head * 4} B per sequence per layer, own pages counted in "
                       f"the engine's KV capacity: see the window line)")
         init_logger("aphrodite.int2kv").info(
-            "int2 KV cache active on %d layers (%s%s): %s; %d B per token per layer (bf16: %d B, %.2fx "
-            "fewer); page %d tokens%s", len(layer_names), ", ".join(list(layer_names)[:2]),
-            ", ..." if len(layer_names) > 2 else "", opts.describe(head), heads * slot_bytes_for(head, opts),
-            heads * head * 4, layout.ratio_vs(), spec.block_size, window)
+            "int2 KV cache active on %d layers (%s): %s; %d B per token per layer (bf16: %d B, %.2fx "
+            "fewer); page %d tokens%s%s", len(layer_names), layer_ranges(layer_names), opts.describe(head), heads * slot_bytes_for(head, opts),
+            heads * head * 4, layout.ratio_vs(), spec.block_size, window,
+            describe(aphrodite_config) if aphrodite_config is not None else "")
     except Exception as exc:  # logging must never stop the engine
         import logging
 
@@ -381,8 +390,10 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
     def __init__(self, num_heads, head_size, scale, num_kv_heads, alibi_slopes, sliding_window,
                  kv_cache_dtype, logits_soft_cap=None, attn_type=AttentionType.DECODER,
                  kv_sharing_target_layer_name=None, **extra):
-        if sliding_window is not None:
-            raise Int2ConfigError(f"{SLIDING_WINDOW_MODELS} (window {sliding_window})")
+        if sliding_window is not None:   # the patch builds sliding-window layers with the local dtype instead
+            raise Int2ConfigError(f"int2 KV: layer given a sliding window of {sliding_window} tokens; sliding-window "
+                                  f"layers keep the engine's own cache (APHRODITE_INT2KV_LOCAL_KV_DTYPE), int2 is "
+                                  f"for the global layers")
         reasons = []
         if attn_type != AttentionType.DECODER:
             reasons.append(f"attention type {attn_type} (only decoder self-attention)")

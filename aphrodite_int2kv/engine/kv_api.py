@@ -27,18 +27,3 @@ def int2_spec(block_size: int, num_kv_heads: int, head_size: int, **extra):
     extra.pop("head_size_v", None)
     return TQFullAttentionSpec(block_size=block_size, num_kv_heads=num_kv_heads, head_size=head_size,
                                head_size_v=head_size, dtype=torch.uint8, tq_slot_size=slot_bytes_for(head_size))
-
-
-# Why a model with sliding-window layers gets no int2 beside bf16 (or fp8) sliding-window layers on
-# aphrodite 0.21-0.24: the engine gives every KV-cache group pages of one size. 0.21-0.23 scale a
-# group's block size up by the ratio of the largest page to its own, which must be a whole number,
-# and an int2 slot (80 bytes at head_dim 128, 48 at 64, 160 at 256) holds a factor 5 or 3 that no
-# power-of-two bf16 page divides by: start-up fails there. 0.24 pads the int2 page up to the bf16
-# page instead, so the int2 layers would take as much memory as bf16 (both checked against the
-# engine's get_kv_cache_configs in test_engine_int2.py).
-SLIDING_WINDOW_MODELS = (
-    "--kv-cache-dtype int2 does not support models with sliding-window layers on aphrodite 0.21-0.24 "
-    "(e.g. Gemma 2/3, Mistral-family local attention): their layers cannot be int2, and kept in "
-    "the model dtype (kv_cache_dtype_skip_layers=['sliding_window']) they force the engine to give "
-    "the int2 layers pages of their size (0.21-0.23 cannot, 0.24 pads the int2 pages: no memory "
-    "saved). Use --kv-cache-dtype fp8 or auto for this model")

@@ -40,6 +40,31 @@ def build_int2_layers(cfg, n, backend="int2"):
                           prefix=f"model.layers.{i}.self_attn.attn", **extra) for i in range(n)]
 
 
+def build_local_global_layers(cfg, n, window, period=6):
+    """Real `Attention` layers in Gemma 3's pattern: layer i is global when (i + 1) % period == 0,
+    else local with a `window`-token sliding window (as Gemma3Attention passes it). Under int2 the
+    global layers get the int2 backend (what the CUDA platform would select; this host is CPU-only)
+    and our __init__ wrapper builds the local ones with the local dtype."""
+    from aphrodite.config import set_current_aphrodite_config
+    from aphrodite.model_executor.layers.attention.attention import Attention
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+
+    hf = cfg.model_config.hf_config
+    int2 = cfg.cache_config.cache_dtype == "int2"
+    layers = []
+    with set_current_aphrodite_config(cfg):
+        for i in range(n):
+            if (i + 1) % period:
+                extra = {"per_layer_sliding_window": window}
+            else:
+                extra = {"attn_backend": Int2AttentionBackend} if int2 else {}
+            layers.append(Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,
+                                    num_kv_heads=hf.num_key_value_heads, cache_config=cfg.cache_config,
+                                    prefix=f"model.layers.{i}.self_attn.attn", **extra))
+    return layers
+
+
 def engine_specs(cfg):
     """What the model runner's get_kv_cache_spec collects from the static forward context."""
     from aphrodite.model_executor.layers.attention_layer_base import AttentionLayerBase

@@ -13,6 +13,7 @@ cores and workers inherit it). Validated at start-up with errors that name the v
 | APHRODITE_INT2KV_K_CENTER_FIRST | auto | data-free K centering: the offset of each sequence is the mean of its first N keys as the cache holds them (those N stay uncentered); auto = 16 (+2.5 % PPL on SmolLM2 instead of +4.2 %, -0.9 % decode throughput at 32K), or 0 (off) when the K rotation file carries offsets; 0 = off |
 | APHRODITE_INT2KV_RECENT_WINDOW | 128 | the last R tokens of each sequence are also kept in bf16/fp16 and read from there (0 = off) |
 | APHRODITE_INT2KV_FORMAT | tiles | `tiles`: the long-context format, K 3-bit and V 2-bit quantized per channel across tiles of 64 tokens when they leave the recent window (docs/format.md, "Channel-tile format"; the group, level, clip, centering and decode-tile settings do not apply to it); `tokens`: 2-bit K and V in per-token groups (the settings above), faster to decode but it loses what the model saw more than a few hundred tokens back (docs/quality.md) |
+| APHRODITE_INT2KV_LOCAL_KV_DTYPE | auto | models with sliding-window (local) layers (Gemma 2/3, Mistral-style): int2 goes to the global layers, and the local layers keep the engine's own cache in `auto` (the model dtype) or `fp8` (docs/format.md, "Sliding-window models") |
 | APHRODITE_INT2KV_DECODE_TILE | auto | decode's int2 tile: `folded` (codes straight into the tensor cores, scale and zero applied to the dot products; uniform levels only), `per-code` (each code dequantized first); auto = folded for `std`/`minmax` levels, per-code for `lloyd-max` |
 """
 
@@ -29,11 +30,12 @@ PREFIX = "APHRODITE_INT2KV_"
 # every APHRODITE_INT2KV_* name the plugin reads: the options below, the quality tools' cache
 # folder (quality/assets.py) and the launch planner's stand-in GPU (kernels/limits.py)
 OPTION_NAMES = ("GROUP_SIZE", "K_ROTATION", "V_ROTATION", "K_CLIP", "V_CLIP", "LEVELS", "K_CENTER_SKIP",
-                "K_CENTER_FIRST", "RECENT_WINDOW", "DECODE_TILE", "FORMAT")
+                "K_CENTER_FIRST", "RECENT_WINDOW", "DECODE_TILE", "FORMAT", "LOCAL_KV_DTYPE")
 KNOWN = OPTION_NAMES + ("CACHE", "DEVICE_LIMITS")
 LEVELS = ("std", "minmax", "lloyd-max")
 DECODE_TILES = ("auto", "folded", "per-code")
 FORMATS = ("tiles", "tokens")
+LOCAL_KV_DTYPES = ("auto", "fp8")
 TILE = 64                # tokens per tile of the `tiles` format
 TILE_SINKS = 4           # the first positions of each sequence, kept in the recent window in full precision (`tiles`)
 # settings of the per-token format only: a user who sets one with FORMAT=tiles is told so
@@ -116,6 +118,7 @@ class Int2Options:
     recent_window: int = 128
     decode_tile: str = "auto"
     format: str = "tiles"             # the defaults above are the tile format's: no K centering
+    local_kv_dtype: str = "auto"      # the engine dtype of sliding-window layers beside int2 layers
 
     @classmethod
     def from_env(cls, env=None) -> "Int2Options":
@@ -146,6 +149,7 @@ class Int2Options:
             recent_window=get("RECENT_WINDOW", 128, int, "an integer number of tokens (0 = off)"),
             decode_tile=get("DECODE_TILE", "auto", lambda r: r.strip().lower(), "a decode tile"),
             format=get("FORMAT", "tiles", lambda r: r.strip().lower(), "a format"),
+            local_kv_dtype=get("LOCAL_KV_DTYPE", "auto", lambda r: r.strip().lower(), "a KV-cache dtype"),
         )
         if opts.format == "tiles":
             given = [PREFIX + n for n in TOKEN_FORMAT_ONLY if env.get(PREFIX + n)]
@@ -193,6 +197,10 @@ class Int2Options:
                                   f"tokens in the recent window until the tile is whole, so the window must hold at "
                                   f"least {TILE} tokens (128 is the measured default); a smaller window needs "
                                   f"{PREFIX}FORMAT=tokens")
+        if self.local_kv_dtype not in LOCAL_KV_DTYPES:
+            raise Int2ConfigError(f"{PREFIX}LOCAL_KV_DTYPE={self.local_kv_dtype!r} is not one of "
+                                  f"{', '.join(LOCAL_KV_DTYPES)} (the engine cache dtype of sliding-window layers; "
+                                  f"auto = the model dtype)")
         if self.levels not in LEVELS:
             raise Int2ConfigError(f"{PREFIX}LEVELS={self.levels!r} is not one of {', '.join(LEVELS)} "
                                   f"(std is the measured default)")

@@ -48,12 +48,13 @@ def window_page_multiple(head_size: int, slot_bytes: int, dtype_size: int = 2) -
 
 
 def window_block_size(int2_block_size: int, head_size: int, slot_bytes: int, dtype_size: int = 2,
-                      padded: bool = False) -> int:
-    """Tokens per window page such that the page has the int2 page's bytes. padded (the tile
-    format, whose 93 B per token at head_dim 128 divide no window token): the largest divisor of
-    the int2 block that fits the page, the rest of the page left as padding, so that prefix-hit
-    points stay at multiples of the int2 block."""
-    num, den = int2_block_size * slot_bytes, 2 * head_size * dtype_size
+                      padded: bool = False, page_bytes: int | None = None) -> int:
+    """Tokens per window page such that the page has the int2 page's bytes (per KV head; `page_bytes`
+    where the int2 page is itself padded, on sliding-window models). padded (the tile format, whose
+    93 B per token at head_dim 128 divide no window token): the largest divisor of the int2 block
+    that fits the page, the rest of the page left as padding, so that prefix-hit points stay at
+    multiples of the int2 block."""
+    num, den = page_bytes or int2_block_size * slot_bytes, 2 * head_size * dtype_size
     if padded:
         fit = num // den
         return max(d for d in range(1, min(fit, int2_block_size) + 1) if int2_block_size % d == 0)
@@ -177,13 +178,17 @@ class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
             raise Int2ConfigError(f"int2 KV recent window: model dtype {dtype} is not float16/bfloat16")
         from aphrodite_int2kv.engine.options import TILE_SINKS, options
 
-        int2_block = aphrodite_config.cache_config.block_size
-        padded = options().tiles
-        sinks = TILE_SINKS if padded else 0
-        block = window_block_size(int2_block, self.head_size, self.slot_bytes, dtype.itemsize, padded=padded)
+        from aphrodite_int2kv.engine.local_layers import model_pages
+
+        pages = model_pages(aphrodite_config)     # sliding-window models: the shared page (local_layers.py)
+        int2_block = pages.int2_block if pages else aphrodite_config.cache_config.block_size
+        padded = options().tiles or pages is not None
+        sinks = TILE_SINKS if options().tiles else 0
+        int2_page = pages.page_bytes if pages else int2_block * self.slot_bytes * self.num_kv_heads
+        block = window_block_size(int2_block, self.head_size, self.slot_bytes, dtype.itemsize, padded=padded,
+                                  page_bytes=int2_page // self.num_kv_heads)
         common = dict(block_size=block, num_kv_heads=self.num_kv_heads, head_size=self.head_size,
                       dtype=dtype, sliding_window=self.window)
-        int2_page = int2_block * self.slot_bytes * self.num_kv_heads
         if padded and int2_page != block * self.num_kv_heads * 2 * self.head_size * dtype.itemsize:
             common["page_size_padded"] = int2_page        # the int2 page's bytes; the engine strides by it
         if not window_budget_managed():
@@ -198,7 +203,8 @@ class Int2WindowLayer(torch.nn.Module, AttentionLayerBase):
         if not cache.enable_prefix_caching and block >= self.window + sinks:
             return Int2WindowSpec(**common, ring=True, sinks=sinks)
         # hit points only where prefix caching is on (else they would only cost pages)
-        align = math.lcm(cache.block_size, block) if cache.enable_prefix_caching else 0
+        # (with sliding-window layers beside, a hit is also a whole number of their pages)
+        align = math.lcm(int2_block, block, pages.local_block if pages else 1) if cache.enable_prefix_caching else 0
         return Int2WindowSpec(**common, hit_alignment=align, steps_in_flight=_steps_in_flight(aphrodite_config),
                               sinks=sinks)
 

@@ -41,6 +41,7 @@ import inspect
 from typing import Literal, get_args
 
 from aphrodite_int2kv.engine.kv_api import int2_spec, shape_based_kv_api
+from aphrodite_int2kv.engine.local_layers import is_local_layer_build, local_cache_config
 from aphrodite_int2kv.patches import APPLIED, FAILED, Outcome, is_ours, mark
 
 NAME = "int2-kv-cache-dtype"
@@ -104,21 +105,69 @@ def _backend_selection() -> str:
 
 
 def _kv_spec() -> str:
+    import dataclasses
+
     from aphrodite.model_executor.layers.attention.attention import Attention
 
     orig = Attention.get_kv_cache_spec
     if is_ours(orig):
         return "kv-spec"
+    shape_based = shape_based_kv_api()
 
     @functools.wraps(orig)
     def get_kv_cache_spec(self, aphrodite_config):
+        from aphrodite_int2kv.engine.local_layers import local_spec, model_pages
+
         if self.kv_cache_dtype != INT2:
-            return orig(self, aphrodite_config)
-        # (a sliding-window int2 layer never gets here: its backend refused it at build time)
-        return int2_spec(aphrodite_config.cache_config.block_size, self.num_kv_heads, self.head_size)
+            spec = orig(self, aphrodite_config)
+            if spec is None or getattr(aphrodite_config.cache_config, "cache_dtype", None) != INT2:
+                return spec
+            pages = model_pages(aphrodite_config)   # G: a layer kept out of int2 in an int2 model
+            return spec if pages is None else local_spec(spec, pages)
+        pages = model_pages(aphrodite_config)       # None unless layers are kept out of int2 (G)
+        # (a sliding-window layer never gets here: it was built with the local dtype)
+        block = pages.int2_block if pages else aphrodite_config.cache_config.block_size
+        if shape_based:
+            spec = int2_spec(block, self.num_kv_heads, self.head_size)
+        else:   # 0.24: the engine's spec, packed by our backend now so that it can be padded
+            from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+
+            spec = Int2AttentionBackend.customize_spec(dataclasses.replace(orig(self, aphrodite_config),
+                                                                           block_size=block))
+        if pages is not None and pages.page_bytes != spec.page_size_bytes:
+            spec = dataclasses.replace(spec, page_size_padded=pages.page_bytes)
+        return spec
 
     Attention.get_kv_cache_spec = mark(get_kv_cache_spec)
     return "kv-spec"
+
+
+def _int2_backend_sizes_pages() -> str:
+    """The engine picks the block size from the first attention layer's backend; in a Gemma-style
+    model that is a local layer's flash attention (16 tokens). With int2 the int2 backend's
+    preference counts (G: the block whose page fits the local pages)."""
+    from aphrodite.platforms.interface import Platform
+
+    orig = Platform.__dict__["_find_non_ssm_backend"].__func__
+    if is_ours(orig):
+        return "block-size"
+
+    @functools.wraps(orig)
+    def _find_non_ssm_backend(cls, aphrodite_config):
+        if getattr(aphrodite_config.cache_config, "cache_dtype", None) == INT2:
+            from aphrodite.config.aphrodite import get_layers_from_aphrodite_config
+            from aphrodite.model_executor.layers.attention_layer_base import AttentionLayerBase
+
+            from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+
+            for layer in get_layers_from_aphrodite_config(aphrodite_config, AttentionLayerBase).values():
+                backend = layer.get_attn_backend()
+                if isinstance(backend, type) and issubclass(backend, Int2AttentionBackend):
+                    return backend
+        return orig(cls, aphrodite_config)
+
+    Platform._find_non_ssm_backend = classmethod(mark(_find_non_ssm_backend))
+    return "block-size"
 
 
 @contextlib.contextmanager
@@ -195,18 +244,18 @@ def _window_companions() -> str:
     if is_ours(orig):
         return "recent-window"
 
+    sig = inspect.signature(orig)
+
     @functools.wraps(orig)
     def __init__(self, *args, **kwargs):
+        bound = sig.bind_partial(self, *args, **kwargs)
+        cache_config = bound.arguments.get("cache_config")
+        if is_local_layer_build(cache_config, bound.arguments.get("per_layer_sliding_window")):
+            # G: a sliding-window layer of an int2 model keeps the engine's own cache and backend
+            bound.arguments["cache_config"] = local_cache_config(cache_config)
+            args, kwargs = bound.args[1:], bound.kwargs
         orig(self, *args, **kwargs)
         if getattr(self, "kv_cache_dtype", None) != INT2:
-            if getattr(self, "sliding_window", None) is not None and _configured_dtype() == INT2:
-                # a sliding-window layer the user kept out of int2 (kv_cache_dtype_skip_layers)
-                # beside int2 layers: the engine could not size their pages together
-                from aphrodite_int2kv.engine.kv_api import SLIDING_WINDOW_MODELS
-                from aphrodite_int2kv.int2.format import Int2ConfigError
-
-                raise Int2ConfigError(f"{SLIDING_WINDOW_MODELS} (layer {self.layer_name}, window "
-                                      f"{self.sliding_window}, kept in {self.kv_cache_dtype})")
             return
         from aphrodite_int2kv.engine.backend import Int2AttentionBackend
         from aphrodite_int2kv.engine.options import options
@@ -285,10 +334,8 @@ def apply() -> Outcome:
         done.append(_backend_selection())
         done.append(_window_companions())
         done.append(_refuse_mla())
-        if shape_based_kv_api():
-            done.append(_kv_spec())
-        else:
-            done.append("kv-spec via customize_spec (layout-based API)")
+        done.append(_kv_spec())
+        done.append(_int2_backend_sizes_pages())
         done.append(_hybrid_alignment())
     except Exception as exc:
         return Outcome(NAME, FAILED, f"after {done}: {type(exc).__name__}: {exc}", PR)
