@@ -1,5 +1,6 @@
 """int2 in the real engine on a GPU, as users run it: `LLM(..., kv_cache_dtype="int2")` on a tiny
-dense and a tiny hybrid (Gated DeltaNet + attention) model with dummy weights, eager and with CUDA
+dense, a tiny hybrid (Gated DeltaNet + attention) and a tiny Gemma-3-style (sliding-window layers
+beside global ones) model with dummy weights, eager and with CUDA
 graphs, prefix caching on and off. Each engine runs in a fresh interpreter with its engine core in
 that process, where spies count the glue every int2 request goes through (never replacing it):
 the metadata builder, its CUDA-graph capture path, the recent window found through the forward
@@ -58,6 +59,8 @@ kw = dict(model=spec["model"], load_format="dummy", skip_tokenizer_init=True, dt
           gpu_memory_utilization=0.2, kv_cache_memory_bytes=2 << 30, max_model_len=2048, max_num_seqs=16)
 if spec["hybrid"]:
     kw.update(gdn_prefill_backend="triton")
+if spec.get("local_backend"):      # the backend of the layers int2 does not take
+    kw.update(attention_config={"backend": spec["local_backend"]})
 llm = LLM(**kw)
 import random
 rng = random.Random(0)
@@ -90,13 +93,31 @@ def _hybrid(tmp_path):
     return str(tmp_path)
 
 
+def _gemma(tmp_path):
+    """Gemma-3-270M's attention (4 q / 1 KV head of 256, QK-norm, 5 local : 1 global), window 128 so
+    that the prompts slide past it, 12 layers: int2 on layers 5 and 11."""
+    from transformers import Gemma3TextConfig
+
+    Gemma3TextConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=12,
+                     num_attention_heads=4, num_key_value_heads=1, head_dim=256, query_pre_attn_scalar=256,
+                     sliding_window=128, max_position_embeddings=4096, architectures=["Gemma3ForCausalLM"],
+                     torch_dtype="bfloat16").save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+MODELS = {"dense": _dense, "hybrid": _hybrid, "gemma": _gemma}
+
+
 @pytest.mark.parametrize("model,eager,prefix,fmt", [
     ("dense", True, False, "tokens"), ("dense", False, False, "tokens"), ("dense", False, True, "tokens"),
     ("hybrid", False, False, "tokens"), ("dense", True, False, "default"), ("dense", False, True, "tiles"),
-    ("hybrid", False, False, "tiles")])
+    ("hybrid", False, False, "tiles"), ("gemma", True, False, "default"), ("gemma", False, True, "default")])
 def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eager, prefix, fmt):
-    path = _dense(tmp_path) if model == "dense" else _hybrid(tmp_path)
-    spec = dict(model=path, eager=eager, prefix=prefix, hybrid=model == "hybrid", format=fmt)
+    path = MODELS[model](tmp_path)
+    # Gemma: the sliding-window layers keep the engine's cache on a backend the user selects
+    # (Triton: the test machine carries no FlashAttention binaries); int2 layers keep ours
+    spec = dict(model=path, eager=eager, prefix=prefix, hybrid=model == "hybrid", format=fmt,
+                local_backend="TRITON_ATTN" if model == "gemma" else None)
     res = run_python(CHILD.replace("sys.argv[1]", repr(json.dumps(spec))), timeout=420)
     line = next((l for l in res.stdout.splitlines() if l.startswith("RESULT ")), None)
     assert line, res.stdout[-3000:] + res.stderr[-6000:]
@@ -109,6 +130,10 @@ def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eage
     if not eager:
         assert calls.get("cudagraph_capture", 0) > 0, calls      # the capture path ran
     assert "int2 KV cache active" in res.stdout + res.stderr
+    if model == "gemma":   # the start-up line names the int2 layers and the local ones
+        log = res.stdout + res.stderr
+        assert "int2 KV cache active on 2 layers (layers 5, 11)" in log, log[-4000:]
+        assert "10 sliding-window layers (window 128) (layers 0-4, 6-10) keep the engine's own auto cache" in log
     assert ("format=tiles" in res.stdout + res.stderr) == (fmt != "tokens")   # tiles: the default
     # the same prompt again (alone, and a prefix-cache hit where caching is on) decodes the same
     # tokens for the first steps; dummy weights give near-flat logits, so only a prefix is compared
@@ -197,6 +222,10 @@ def test_smollm2_int2_output_alone_equals_batch_preemption_and_prefix_hit(tmp_pa
         with open(os.path.join(os.environ["INT2KV_TEST_ARTIFACTS"], f"smollm2_outputs_{fmt}.json"), "w") as f:
             json.dump(got, f)
     assert "int2 KV cache active" in res.stdout + res.stderr
+    if model == "gemma":   # the start-up line names the int2 layers and the local ones
+        log = res.stdout + res.stderr
+        assert "int2 KV cache active on 2 layers (layers 5, 11)" in log, log[-4000:]
+        assert "10 sliding-window layers (window 128) (layers 0-4, 6-10) keep the engine's own auto cache" in log
     assert got["preempted_alone"] == 0, "a request alone must fit the pool"
     assert got["preempted"], "the batch was meant to outgrow the pool and be preempted"
     assert got["alone"][0]["cached"] == 0 and got["hit"]["cached"] > 0, (got["alone"][0]["cached"], got["hit"]["cached"])

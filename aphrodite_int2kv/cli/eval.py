@@ -36,7 +36,9 @@ def add_parser(sub):
                         "those N stored uncentered; 0 = off")
     p.add_argument("--json", default=None, help="write the rows (a JSON list) here")
     p.add_argument("--model", default=None,
-                   help="a Hugging Face causal LM directory to measure instead of SmolLM2-135M (harness only)")
+                   help="a causal LM to measure instead of SmolLM2-135M: a Hugging Face directory, a GGUF file or "
+                        "gemma-3-270m (fetched on first use); with --engine a GGUF is dequantized to a bf16 "
+                        "checkpoint the engine serves")
     from aphrodite_int2kv.quality.engine_eval import add_arguments
     add_arguments(p)
     p.set_defaults(func=run)

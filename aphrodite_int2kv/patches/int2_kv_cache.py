@@ -8,7 +8,8 @@ How (each step probes before it changes anything; every wrapper carries the plug
        choices cache is cleared, the attention selector's own `CacheDType` name is rebound, and
        `STR_DTYPE_TO_TORCH_DTYPE["int2"] = torch.uint8`.
     B. `register_backend(CUSTOM, Int2AttentionBackend)` and `_get_backend_priorities` returns
-       `[CUSTOM]` for int2 layers (non-int2 layers keep upstream's list).
+       `[CUSTOM]` for int2 layers (non-int2 layers keep upstream's list); a backend the user
+       selects (--attention-backend) applies to the non-int2 layers, int2 layers keep ours.
     C. Shape-based KV API (0.21-0.23, detected by `TQFullAttentionSpec`): int2 layers report a
        `TQFullAttentionSpec` whose slot size is the int2 slot; the layout-based API (0.24) asks
        the backend's `customize_spec` instead and needs nothing here.
@@ -26,6 +27,13 @@ How (each step probes before it changes anything; every wrapper carries the plug
        plus one prefix-hit point's window per step.
     F. MLA layers (`MLAAttention`, `DeepseekV4MLAAttention`) built with int2 raise a clear error
        naming the layer: their own backends would be asked to read int2 pages.
+    G. Sliding-window models (Gemma 2/3, Mistral-style local attention; `engine/local_layers.py`):
+       `Attention.__init__` builds a local layer of an int2 model with the local dtype
+       (APHRODITE_INT2KV_LOCAL_KV_DTYPE: the model dtype or fp8) on the engine's own backend;
+       `get_kv_cache_spec` gives the local layers pages of a 16-token multiple and pads the int2
+       and window pages to them (the engine needs one page size); the engine picks the block size
+       from the int2 backend (`_find_non_ssm_backend`), which fits the int2 block to those pages.
+       Layers listed in kv_cache_dtype_skip_layers are sized the same way.
 Upstream PR:
     none (a new feature of this plugin).
 Remove when:
@@ -101,7 +109,26 @@ def _backend_selection() -> str:
         return orig(*args, **kwargs)
 
     cuda_platform._get_backend_priorities = mark(_get_backend_priorities)
+    _selected_backend_for_other_layers(cuda_platform.CudaPlatformBase)
     return "backend"
+
+
+def _selected_backend_for_other_layers(platform_cls) -> None:
+    """A backend the user selects (--attention-backend / attention_config) applies to the layers int2
+    does not take (a Gemma model's sliding-window layers); int2 layers still get the int2 backend,
+    where upstream would refuse the selected one for the int2 dtype."""
+    orig = platform_cls.__dict__["get_attn_backend_cls"].__func__
+    if is_ours(orig):
+        return
+
+    @functools.wraps(orig)
+    def get_attn_backend_cls(cls, selected_backend, attn_selector_config, *args, **kwargs):
+        if selected_backend is not None and getattr(attn_selector_config, "kv_cache_dtype", None) == INT2 \
+                and not getattr(attn_selector_config, "use_mla", False):
+            selected_backend = None      # our priorities route int2 layers to the int2 backend
+        return orig(cls, selected_backend, attn_selector_config, *args, **kwargs)
+
+    platform_cls.get_attn_backend_cls = classmethod(mark(get_attn_backend_cls))
 
 
 def _kv_spec() -> str:

@@ -53,12 +53,11 @@ def kv_config(label: str) -> tuple[str, dict]:
 def baseline_backend(kv_dtype: str) -> dict:
     """attention_config for an engine dtype: the engine's Triton backend where it supports the dtype
     (FlashAttention is not on every install), else the engine's own choice (TurboQuant's backend
-    for its presets); {} for int2 (the plugin's backend)."""
-    if kv_dtype == "int2":
-        return {}
+    for its presets). For int2 the selection applies to the layers int2 does not take (a Gemma
+    model's sliding-window layers, in the model dtype); int2 layers keep the plugin's backend."""
     from aphrodite.v1.attention.backends.triton_attn import TritonAttentionBackend
 
-    if kv_dtype in TritonAttentionBackend.supported_kv_cache_dtypes:
+    if kv_dtype == "int2" or kv_dtype in TritonAttentionBackend.supported_kv_cache_dtypes:
         return {"attention_config": {"backend": "TRITON_ATTN"}}
     return {}
 
@@ -108,6 +107,40 @@ def hf_checkpoint(gguf_path: str, out_dir: str, max_len: int = 8192):
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(config, f, indent=1)
     return tok
+
+
+def transformers_checkpoint(model: str, out_dir: str):
+    """`eval --engine --model`: (checkpoint directory, harness tokenizer). A Hugging Face directory is
+    served as it is; a GGUF file, or a model the harness knows by name (gemma-3-270m), is dequantized
+    by transformers into out_dir (bf16 safetensors, config, tokenizer) once."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from aphrodite_int2kv.quality import assets
+    from aphrodite_int2kv.quality.hf_model import _Tokenizer
+
+    if model in assets.NAMED_MODELS:
+        model = assets.named_model_path(model)
+    if os.path.isdir(model):
+        return model, _Tokenizer(AutoTokenizer.from_pretrained(model))
+    where = dict(pretrained_model_name_or_path=os.path.dirname(os.path.abspath(model)),
+                 gguf_file=os.path.basename(model))
+    tok = AutoTokenizer.from_pretrained(**where)
+    if not os.path.isfile(os.path.join(out_dir, "config.json")):
+        from safetensors.torch import save_file
+
+        m = AutoModelForCausalLM.from_pretrained(**where, dtype=torch.bfloat16)
+        tied = m.config.get_text_config().tie_word_embeddings
+        # transformers will not save_pretrained a GGUF-loaded model: its tensors and config instead
+        tensors = {k: v.detach().to(torch.bfloat16).contiguous() for k, v in m.state_dict().items()
+                   if not (tied and k == "lm_head.weight")}
+        os.makedirs(out_dir, exist_ok=True)
+        save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+        m.config.__dict__.pop("quantization_config", None)
+        m.config.architectures = [type(m).__name__]
+        m.config.save_pretrained(out_dir)
+        tok.save_pretrained(out_dir)
+    return out_dir, _Tokenizer(tok)
 
 
 def engine_max_len(plan: dict) -> int:
@@ -368,16 +401,22 @@ def run_engine(args) -> int:
     configs = {s: kv_config(s) for s in labels}
     if labels[0] != "bf16":
         raise SystemExit("--kv: bf16 must come first (the others are compared against it)")
-    work = args.model_dir or os.path.join(assets.cache_dir(), "smollm2-135m-llama")
+    model = getattr(args, "model", None)
+    default = "smollm2-135m-llama" if not model else os.path.basename(model.rstrip("/")).removesuffix(".gguf")
+    work = args.model_dir or os.path.join(assets.cache_dir(), default + "-engine" * bool(model))
     t0 = time.time()
-    tok = hf_checkpoint(assets.model_path(), work)
+    if model:      # any causal LM transformers reads (a directory, a GGUF file, gemma-3-270m)
+        ckpt, tok = transformers_checkpoint(model, os.path.join(work, "checkpoint"))
+    else:          # SmolLM2-135M from its GGUF, as a Llama checkpoint
+        ckpt, tok = work, hf_checkpoint(assets.model_path(), work)
     with open(assets.text_path(args.text), encoding="utf-8") as f:
         from aphrodite_int2kv.quality.longctx import suite_flags
 
         suite = suite_flags(args) if args.suite else None
         plan = make_plan(tok, f.read(), args.windows, args.tokens, args.start, greedy_tokens=args.greedy_tokens,
                          longctx_items=args.items, suite=suite)
-    allow_positions(work, engine_max_len(plan))
+    if ckpt.startswith(work):   # a checkpoint written here (never a user's directory)
+        allow_positions(ckpt, engine_max_len(plan))
     plan_path = os.path.join(work, "plan.json")
     with open(plan_path, "w") as f:
         json.dump(plan, f)
@@ -388,7 +427,7 @@ def run_engine(args) -> int:
         out = os.path.join(work, f"result_{label}.json")
         if os.path.exists(out):
             os.remove(out)
-        cmd = [sys.executable, "-m", "aphrodite_int2kv.quality.engine_eval", "worker", work, dtype, plan_path, out,
+        cmd = [sys.executable, "-m", "aphrodite_int2kv.quality.engine_eval", "worker", ckpt, dtype, plan_path, out,
                str(args.chunk), "1" if args.graphs else "0"]
         if i and not results["bf16"].get("error"):
             cmd.append(os.path.join(work, "result_bf16.json"))
