@@ -44,11 +44,14 @@ def main():
     ap.add_argument("what", choices=sorted(OUT))
     ap.add_argument("--out", help="default: " + ", ".join(f"{k}: {v}" for k, v in OUT.items()))
     ap.add_argument("--context", type=int, default=32768)
-    ap.add_argument("--model", default="dense8b", choices=("dense8b", "hybrid27b"), help="dtypes: the model shapes")
+    ap.add_argument("--model", default="dense8b", choices=("dense8b", "hybrid27b", "gemma3-27b"),
+                    help="dtypes: the model shapes")
+    ap.add_argument("--max-num-batched-tokens", type=int, default=None,
+                    help="the prefill chunk (default: the engine's); sliding-window layers budget a window plus one")
     ap.add_argument("--kv-gib", type=float, help="KV-cache memory every row gets (default: dtypes 64, window 8)")
     a = ap.parse_args()
     kv_gib = a.kv_gib or (64.0 if a.what == "dtypes" else 8.0)
-    engine = Engine(a.context, int(kv_gib * (1 << 30)))
+    engine = Engine(a.context, int(kv_gib * (1 << 30)), a.max_num_batched_tokens)
     if a.what == "window":
         rows = window_rows(engine)
     else:
@@ -65,7 +68,7 @@ def main():
 class Engine:
     """The real engine on the CPU, the plugin registered, and its capacity arithmetic."""
 
-    def __init__(self, context: int, kv_bytes: int):
+    def __init__(self, context: int, kv_bytes: int, max_num_batched_tokens: int | None = None):
         from aphrodite_int2kv.engine.offline import use_cpu_platform
 
         use_cpu_platform()     # the engine's CPU platform, sizing as a GPU would
@@ -74,9 +77,13 @@ class Engine:
         from aphrodite import __version__
 
         self.context, self.kv_bytes, self.name = context, kv_bytes, f"aphrodite-engine {__version__}"
+        self.chunk = max_num_batched_tokens
 
     def config(self, model, **kw):
         from aphrodite.engine.arg_utils import EngineArgs
+
+        if self.chunk:
+            kw.setdefault("max_num_batched_tokens", self.chunk)
 
         return EngineArgs(model=model, max_model_len=self.context, skip_tokenizer_init=True, **kw).create_engine_config()
 
@@ -105,17 +112,21 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
     from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
     from aphrodite_int2kv.quality.engine_eval import engine_kv_dtypes
 
-    if not shape_based_kv_api():
+    if not shape_based_kv_api() and model != "gemma3-27b":
         sys.exit(f"engine_capacity.py dtypes: {engine.name} lets each attention backend pack its pages "
                  "(customize_spec); this sizes the shape-based specs of 0.21-0.23 only: run it in a "
                  "0.21-0.23 environment (.ci/venv.sh 0.21.0)")
-    describe, sized = (dense_sizer if model == "dense8b" else hybrid_sizer)(engine)
+    describe, sized = {"dense8b": dense_sizer, "hybrid27b": hybrid_sizer, "gemma3-27b": gemma_sizer}[model](engine)
     bf16_tokens = sized("auto")[0]
     rows = []
-    for kv in engine_kv_dtypes():
+    kinds = engine_kv_dtypes() if model != "gemma3-27b" else ["auto", "fp8", "int2", "int2+fp8-local",
+                                                              "bound:bf16-local", "bound:fp8-local"]
+    for kv in kinds:
         row = dict(kv_cache_dtype=kv, model=describe, context_len=engine.context, kv_gib=kv_gib, engine=engine.name,
                    device="CPU (arithmetic only)")
-        if kv == "int2":     # APHRODITE_INT2KV_FORMAT: which int2 format the row sized
+        if cfg_chunk := engine.chunk:
+            row["max_num_batched_tokens"] = cfg_chunk
+        if kv.startswith("int2"):     # APHRODITE_INT2KV_FORMAT: which int2 format the row sized
             from aphrodite_int2kv.engine.options import options
 
             row["int2_format"] = options().format
@@ -178,6 +189,58 @@ def dense_sizer(engine: Engine):
     return f"dense8b shapes ({LAYERS} layers, {HEADS} q / {KV_HEADS} KV heads, head_dim {HEAD_DIM})", sized
 
 
+
+
+GEMMA3_27B = dict(layers=62, heads=32, kv_heads=16, head_dim=128, window=1024, period=6)
+
+
+def gemma_sizer(engine: Engine):
+    """dense_sizer for the Gemma-3-27B shapes (62 layers: 52 local with a 1,024-token window, 10
+    global every sixth; 32 q / 16 KV heads of 128): every layer built as the model builds it (ours
+    for int2's global layers, the engine's for the rest), the engine's own specs. int2+fp8-local:
+    APHRODITE_INT2KV_LOCAL_KV_DTYPE=fp8."""
+    from aphrodite_int2kv.engine import offline
+
+    g = GEMMA3_27B
+    model = offline.heads_dir(pathlib.Path(tempfile.mkdtemp()), g["heads"], g["kv_heads"], g["head_dim"],
+                              max_positions=engine.context)
+
+    def sized(kv):
+        from aphrodite.config import set_current_aphrodite_config
+
+        from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+
+        if kv.startswith("bound:"):   # the arithmetic limit: global layers that cost nothing, local in bf16 / fp8
+            local = "auto" if kv == "bound:bf16-local" else "fp8"
+            cfg = engine.config(model, kv_cache_dtype=local)
+            cfg.cache_config.block_size = 16
+            offline.build_local_global_layers(cfg, g["layers"], g["window"], g["period"])
+            from aphrodite.v1.kv_cache_interface import SlidingWindowSpec
+
+            specs = {n: s for n, s in offline.engine_specs(cfg).items() if isinstance(s, SlidingWindowSpec)}
+            return round(engine.tokens(cfg, specs)), {
+                "note": f"the limit of any format for the global layers: only the {local} local layers' "
+                        "pages counted (the engine's budget: a window plus a prefill chunk per request)"}
+        int2 = kv.startswith("int2")
+        os.environ["APHRODITE_INT2KV_LOCAL_KV_DTYPE"] = "fp8" if kv == "int2+fp8-local" else "auto"
+        cfg = engine.config(model, kv_cache_dtype="int2" if int2 else kv)
+        cfg.cache_config.block_size = 16          # the CUDA platform's default before the backend's preference
+        offline.build_local_global_layers(cfg, g["layers"], g["window"], g["period"])
+        if int2:
+            with set_current_aphrodite_config(cfg):   # what update_block_size_for_backend asks
+                cfg.cache_config.block_size = Int2AttentionBackend.get_preferred_block_size(16)
+        specs = offline.engine_specs(cfg)
+        extra = {"int2_block": cfg.cache_config.block_size} if int2 else {}
+        if int2:
+            local = specs["model.layers.0.self_attn.attn"]
+            extra.update(local_block=local.block_size, local_dtype=str(local.dtype).replace("torch.", ""),
+                         note="int2 on the 10 global layers, the local layers in the engine's own cache; "
+                              "pages padded to the local page")
+        os.environ.pop("APHRODITE_INT2KV_LOCAL_KV_DTYPE", None)
+        return round(engine.tokens(cfg, specs)), extra
+
+    return (f"gemma3-27b shapes ({g['layers']} layers: every {g['period']}th global, the rest with a "
+            f"{g['window']}-token window; {g['heads']} q / {g['kv_heads']} KV heads of {g['head_dim']})"), sized
 
 
 def hybrid_sizer(engine: Engine):
