@@ -225,7 +225,7 @@ def gemma_sizer(engine: Engine):
         os.environ["APHRODITE_INT2KV_LOCAL_KV_DTYPE"] = "fp8" if kv == "int2+fp8-local" else "auto"
         cfg = engine.config(model, kv_cache_dtype="int2" if int2 else kv)
         cfg.cache_config.block_size = 16          # the CUDA platform's default before the backend's preference
-        offline.build_local_global_layers(cfg, g["layers"], g["window"], g["period"])
+        layers = offline.build_local_global_layers(cfg, g["layers"], g["window"], g["period"])
         if int2:
             with set_current_aphrodite_config(cfg):   # what update_block_size_for_backend asks
                 cfg.cache_config.block_size = Int2AttentionBackend.get_preferred_block_size(16)
@@ -233,7 +233,7 @@ def gemma_sizer(engine: Engine):
         extra = {"int2_block": cfg.cache_config.block_size} if int2 else {}
         if int2:
             local = specs["model.layers.0.self_attn.attn"]
-            extra.update(local_block=local.block_size, local_dtype=str(local.dtype).replace("torch.", ""),
+            extra.update(local_block=local.block_size, local_kv_cache_dtype=layers[0].kv_cache_dtype,
                          note="int2 on the 10 global layers, the local layers in the engine's own cache; "
                               "pages padded to the local page")
         os.environ.pop("APHRODITE_INT2KV_LOCAL_KV_DTYPE", None)

@@ -168,8 +168,9 @@ class Int2AttentionBackend(AttentionBackend):
     # 0.24+ (layout-based KV API).
     @classmethod
     def customize_spec(cls, spec):
-        if spec.state_content_bytes is not None or spec.dtype != torch.uint8:
-            return spec  # e.g. a bf16 skip-layer spec probed through this backend
+        quant = getattr(getattr(spec, "kv_quant_mode", None), "name", "NONE")
+        if spec.state_content_bytes is not None or spec.dtype != torch.uint8 or quant != "NONE":
+            return spec  # e.g. a bf16 skip-layer or an fp8 (uint8, quantized) spec probed through this backend
         return dataclasses.replace(spec, state_content_bytes=slot_bytes_for(spec.head_size))
 
     @classmethod

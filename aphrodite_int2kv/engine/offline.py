@@ -69,7 +69,6 @@ def engine_specs(cfg):
     """What the model runner's get_kv_cache_spec collects from the static forward context."""
     from aphrodite.model_executor.layers.attention_layer_base import AttentionLayerBase
 
-    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
     from aphrodite_int2kv.engine.window import SUFFIX
     from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
 
@@ -79,7 +78,7 @@ def engine_specs(cfg):
             continue
         spec = layer.get_kv_cache_spec(cfg)
         if not name.endswith(SUFFIX) and not shape_based_kv_api():
-            spec = Int2AttentionBackend.customize_spec(spec)   # 0.24 asks the int2 layer's backend
+            spec = layer.get_attn_backend().customize_spec(spec)   # 0.24 asks each layer's own backend
         specs[name] = spec
     return specs
 
