@@ -222,10 +222,6 @@ def test_smollm2_int2_output_alone_equals_batch_preemption_and_prefix_hit(tmp_pa
         with open(os.path.join(os.environ["INT2KV_TEST_ARTIFACTS"], f"smollm2_outputs_{fmt}.json"), "w") as f:
             json.dump(got, f)
     assert "int2 KV cache active" in res.stdout + res.stderr
-    if model == "gemma":   # the start-up line names the int2 layers and the local ones
-        log = res.stdout + res.stderr
-        assert "int2 KV cache active on 2 layers (layers 5, 11)" in log, log[-4000:]
-        assert "10 sliding-window layers (window 128) (layers 0-4, 6-10) keep the engine's own auto cache" in log
     assert got["preempted_alone"] == 0, "a request alone must fit the pool"
     assert got["preempted"], "the batch was meant to outgrow the pool and be preempted"
     assert got["alone"][0]["cached"] == 0 and got["hit"]["cached"] > 0, (got["alone"][0]["cached"], got["hit"]["cached"])
