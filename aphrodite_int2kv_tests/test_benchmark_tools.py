@@ -103,10 +103,13 @@ def test_dtype_capacity_sizes_every_engine_dtype_by_the_engines_arithmetic(engin
         assert rows[kv]["vs_bf16"] == pytest.approx(36 * bf16_bytes / (4 * bf16_bytes + 32 * slot), rel=2e-3), kv
 
 
-def test_gemma_capacity_by_the_engines_arithmetic_on_both_engine_generations(engine, tmp_path):
-    """benchmarks/engine_capacity.py dtypes --model gemma3-27b (every layer built as the model builds
-    it, both KV APIs): int2 on the 10 global layers gains over bf16 and stays under the bound where
-    the global layers cost nothing; fp8 local layers double what the local pages allow."""
+@pytest.mark.parametrize("model,least,block,local", [("gemma3-27b", 3.3, 256, 48), ("gpt-oss-20b", 4.5, 320, 64)])
+def test_sliding_window_capacity_by_the_engines_arithmetic_on_both_engine_generations(engine, tmp_path, model, least,
+                                                                                      block, local):
+    """benchmarks/engine_capacity.py dtypes --model gemma3-27b / gpt-oss-20b at 128K (every layer
+    built as the model builds it, gpt-oss's int2 layers with their attention sinks; both KV APIs):
+    int2 on the global layers gains over bf16 and stays under the bound where the global layers
+    cost nothing; fp8 local layers gain more."""
     import json
     import pathlib
     import subprocess
@@ -114,15 +117,15 @@ def test_gemma_capacity_by_the_engines_arithmetic_on_both_engine_generations(eng
 
     root = pathlib.Path(__file__).resolve().parents[1]
     out = tmp_path / "gemma.json"
-    res = subprocess.run([sys.executable, "benchmarks/engine_capacity.py", "dtypes", "--model", "gemma3-27b",
+    res = subprocess.run([sys.executable, "benchmarks/engine_capacity.py", "dtypes", "--model", model,
                           "--context", "131072", "--out", str(out)], cwd=root, capture_output=True, text=True,
                          timeout=600)
     assert res.returncode == 0, res.stderr[-2000:]
     rows = {r["kv_cache_dtype"]: r for r in json.load(open(out))}
     r = {k: v["vs_bf16"] for k, v in rows.items()}
     assert r["auto"] == 1.0 and r["fp8"] == 2.0
-    assert 3.3 < r["int2"] < r["bound:bf16-local"] and r["int2"] < r["int2+fp8-local"] < r["bound:fp8-local"], r
-    assert rows["int2"]["int2_block"] == 256 and rows["int2"]["local_block"] == 48
+    assert least < r["int2"] < r["bound:bf16-local"] and r["int2"] < r["int2+fp8-local"] < r["bound:fp8-local"], r
+    assert rows["int2"]["int2_block"] == block and rows["int2"]["local_block"] == local
     assert rows["int2+fp8-local"]["local_kv_cache_dtype"] == "fp8" and rows["int2"]["local_kv_cache_dtype"] == "auto"
 
 

@@ -137,16 +137,27 @@ def test_kv_page_is_int2_bytes(registered, monkeypatch, head_size, heads, G):
 
 
 def test_int2_impl_refuses_what_it_cannot_serve(registered):
-    from aphrodite_int2kv.engine.backend import Int2AttentionImpl
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend, Int2AttentionImpl
 
     # a sliding-window layer never reaches int2 (the patch builds it with the local dtype)
     with pytest.raises(Int2ConfigError, match="sliding window of 256 tokens.*LOCAL_KV_DTYPE"):
         Int2AttentionImpl(4, 128, 128 ** -0.5, 2, None, 256, "int2")
     with pytest.raises(Int2ConfigError, match="head size 96"):
         Int2AttentionImpl(4, 96, 96 ** -0.5, 2, None, None, "int2")
-    with pytest.raises(Int2ConfigError, match="attention sinks"):
-        Int2AttentionImpl(4, 64, 64 ** -0.5, 2, None, None, "int2", sinks=torch.zeros(4))
+    # learned attention sinks (gpt-oss): the tile format (the default) takes one logit per query head
+    assert Int2AttentionImpl(4, 64, 64 ** -0.5, 2, None, None, "int2", sinks=torch.zeros(4)).sink_logits.shape == (4,)
+    with pytest.raises(Int2ConfigError, match=r"attention sinks of shape \(8,\) for 4 query heads"):
+        Int2AttentionImpl(4, 64, 64 ** -0.5, 2, None, None, "int2", sinks=torch.zeros(8))
+    assert Int2AttentionBackend.supports_sink()
     Int2AttentionImpl(4, 128, 128 ** -0.5, 2, None, None, "int2")  # the supported case builds
+
+
+@pytest.mark.usefixtures("tokens_format")
+def test_the_per_token_format_refuses_attention_sinks(registered):
+    from aphrodite_int2kv.engine.backend import Int2AttentionImpl
+
+    with pytest.raises(Int2ConfigError, match="attention sinks with APHRODITE_INT2KV_FORMAT=tokens"):
+        Int2AttentionImpl(4, 64, 64 ** -0.5, 2, None, None, "int2", sinks=torch.zeros(4))
 
 
 @pytest.mark.parametrize("env,match", [

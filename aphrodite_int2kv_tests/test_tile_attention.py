@@ -100,14 +100,19 @@ def _tile_batch(D, RATIO, R, reqs, H=2, T=64, BS=128, WBS=16, seed=0, sinks=0, r
     return (q, k_new, v_new, pages, block_table.to(DEVICE), qsl, seq_lens, window), (ref_k, ref_v)
 
 
-def _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D):
+def _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D, sink_logits=None):
+    """Against softmax attention over what the caches hold; with `sink_logits` [Hq] (gpt-oss's
+    learned sinks) one more score per head whose value is zero."""
     for b, (prefix, new) in enumerate(reqs):
         for i in range(new):
             pos = prefix + i
             kk = ref_k[b][:pos + 1].repeat_interleave(RATIO, 1)      # [pos+1, Hq, D]
             vv = ref_v[b][:pos + 1].repeat_interleave(RATIO, 1)
             qq = q[qsl[b] + i]
-            w = torch.softmax(torch.einsum("hd,thd->ht", qq, kk) * D ** -0.5, dim=-1)
+            scores = torch.einsum("hd,thd->ht", qq, kk) * D ** -0.5
+            if sink_logits is not None:
+                scores = torch.cat([scores, sink_logits[:, None]], dim=1)
+            w = torch.softmax(scores, dim=-1)[:, :pos + 1]
             want = torch.einsum("ht,thd->hd", w, vv)
             got = out[qsl[b] + i].cpu()
             assert torch.allclose(got, want, atol=ATOL, rtol=0), (b, i, (got - want).abs().max())
@@ -261,3 +266,33 @@ def test_the_engine_kernels_compute_what_the_harness_measured():
                             sinks=S)
     got = out.cpu()[0] @ H.T
     assert torch.allclose(got, want, atol=ATOL, rtol=1e-4), (got - want).abs().max()
+
+
+@pytest.mark.parametrize("D,RATIO", [(64, 8), (128, 2)])
+def test_learned_sink_logits_take_their_softmax_share(D, RATIO):
+    """gpt-oss's attention sinks: a learned logit per query head joins each softmax as one more
+    score with a zero value. Both kernels against the reference, and the split decode equal to the
+    fused one; sinks large enough to take most of the weight from some heads and none from others."""
+    T, R = 64, 64
+    reqs = [(T * 5 - 1, 1), (T * 3 + 17, 1), (40, 1), (T * 2 + 9, 33), (0, 70)]
+    (q, k_new, v_new, pages, block_table, qsl, seq_lens, window), (ref_k, ref_v) = _tile_batch(
+        D, RATIO, R, reqs, seed=7 + D, sinks=4)
+    Hq = 2 * RATIO
+    sink_logits = torch.linspace(-30.0, 6.0, Hq)
+    dev = dict(sink_logits=sink_logits.to(DEVICE), sinks=4)
+    out = tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
+                         seq_lens, max(n for _, n in reqs), D ** -0.5, window, **dev)
+    _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D, sink_logits)
+    plain = tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
+                           seq_lens, max(n for _, n in reqs), D ** -0.5, window, sinks=4)
+    assert (out - plain).abs().amax() > 0.1                      # the sinks changed the output
+    dec = [(p, n) for p, n in reqs if n == 1]
+    nd = len(dec)
+    split = tile_split_decode(q[:nd].to(DEVICE), k_new[:nd].to(DEVICE), v_new[:nd].to(DEVICE), pages,
+                              block_table[:nd], seq_lens[:nd], D ** -0.5,
+                              (window[0], window[1], window[2][:nd], R), num_splits=3, **dev)
+    _check(split, q[:nd], qsl[:nd + 1], dec, ref_k, ref_v, RATIO, D, sink_logits)
+    assert torch.allclose(split, out[:nd], atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="sink logits for"):
+        tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
+                       seq_lens, 70, D ** -0.5, window, sinks=4, sink_logits=torch.zeros(Hq + 1, device=DEVICE))

@@ -7,6 +7,7 @@ rows in --out; run it with each engine's venv (.ci/venv.sh).
 
   python benchmarks/engine_capacity.py dtypes    # -> benchmarks/results/dtype_capacity_cpu.json
   python benchmarks/engine_capacity.py window    # -> benchmarks/results/window_capacity_cpu.json
+  python benchmarks/engine_capacity.py dtypes --model gemma3-27b --context 131072   # sliding-window models
 
 dtypes: every KV-cache dtype the engine offers, dense Qwen3-8B shapes (36 layers, 32 q / 8 KV
 heads, head_dim 128): TurboQuant with its boundary layers in bf16, int2 with its pages and
@@ -44,7 +45,7 @@ def main():
     ap.add_argument("what", choices=sorted(OUT))
     ap.add_argument("--out", help="default: " + ", ".join(f"{k}: {v}" for k, v in OUT.items()))
     ap.add_argument("--context", type=int, default=32768)
-    ap.add_argument("--model", default="dense8b", choices=("dense8b", "hybrid27b", "gemma3-27b"),
+    ap.add_argument("--model", default="dense8b", choices=("dense8b", "hybrid27b", "gemma3-27b", "gpt-oss-20b"),
                     help="dtypes: the model shapes")
     ap.add_argument("--max-num-batched-tokens", type=int, default=None,
                     help="the prefill chunk (default: the engine's); sliding-window layers budget a window plus one")
@@ -112,15 +113,19 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
     from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
     from aphrodite_int2kv.quality.engine_eval import engine_kv_dtypes
 
-    if not shape_based_kv_api() and model != "gemma3-27b":
+    local_global = model in LOCAL_GLOBAL
+    if not shape_based_kv_api() and not local_global:
         sys.exit(f"engine_capacity.py dtypes: {engine.name} lets each attention backend pack its pages "
                  "(customize_spec); this sizes the shape-based specs of 0.21-0.23 only: run it in a "
                  "0.21-0.23 environment (.ci/venv.sh 0.21.0)")
-    describe, sized = {"dense8b": dense_sizer, "hybrid27b": hybrid_sizer, "gemma3-27b": gemma_sizer}[model](engine)
+    if local_global:
+        describe, sized = local_global_sizer(engine, model)
+    else:
+        describe, sized = {"dense8b": dense_sizer, "hybrid27b": hybrid_sizer}[model](engine)
     bf16_tokens = sized("auto")[0]
     rows = []
-    kinds = engine_kv_dtypes() if model != "gemma3-27b" else ["auto", "fp8", "int2", "int2+fp8-local",
-                                                              "bound:bf16-local", "bound:fp8-local"]
+    kinds = engine_kv_dtypes() if not local_global else ["auto", "fp8", "int2", "int2+fp8-local",
+                                                         "bound:bf16-local", "bound:fp8-local"]
     for kv in kinds:
         row = dict(kv_cache_dtype=kv, model=describe, context_len=engine.context, kv_gib=kv_gib, engine=engine.name,
                    device="CPU (arithmetic only)")
@@ -191,17 +196,24 @@ def dense_sizer(engine: Engine):
 
 
 
-GEMMA3_27B = dict(layers=62, heads=32, kv_heads=16, head_dim=128, window=1024, period=6)
+# models that interleave sliding-window (local) layers with global ones: layer i is global when
+# (i + 1) % period == 0. gpt-oss's layers also carry learned attention sinks (given to int2's layers
+# here; they change no page size).
+LOCAL_GLOBAL = {
+    "gemma3-27b": dict(layers=62, heads=32, kv_heads=16, head_dim=128, window=1024, period=6, sinks=False),
+    "gpt-oss-20b": dict(layers=24, heads=64, kv_heads=8, head_dim=64, window=128, period=2, sinks=True),
+}
 
 
-def gemma_sizer(engine: Engine):
-    """dense_sizer for the Gemma-3-27B shapes (62 layers: 52 local with a 1,024-token window, 10
-    global every sixth; 32 q / 16 KV heads of 128): every layer built as the model builds it (ours
-    for int2's global layers, the engine's for the rest), the engine's own specs. int2+fp8-local:
-    APHRODITE_INT2KV_LOCAL_KV_DTYPE=fp8."""
+def local_global_sizer(engine: Engine, name: str):
+    """dense_sizer for the shapes of a model with local and global layers (LOCAL_GLOBAL; Gemma-3-27B:
+    62 layers, 52 local with a 1,024-token window, 10 global every sixth, 32 q / 16 KV heads of 128;
+    gpt-oss-20b: 24 layers alternating a 128-token window and global, 64 q / 8 KV heads of 64): every
+    layer built as the model builds it (ours for int2's global layers, the engine's for the rest),
+    the engine's own specs. int2+fp8-local: APHRODITE_INT2KV_LOCAL_KV_DTYPE=fp8."""
     from aphrodite_int2kv.engine import offline
 
-    g = GEMMA3_27B
+    g = LOCAL_GLOBAL[name]
     model = offline.heads_dir(pathlib.Path(tempfile.mkdtemp()), g["heads"], g["kv_heads"], g["head_dim"],
                               max_positions=engine.context)
 
@@ -225,7 +237,8 @@ def gemma_sizer(engine: Engine):
         os.environ["APHRODITE_INT2KV_LOCAL_KV_DTYPE"] = "fp8" if kv == "int2+fp8-local" else "auto"
         cfg = engine.config(model, kv_cache_dtype="int2" if int2 else kv)
         cfg.cache_config.block_size = 16          # the CUDA platform's default before the backend's preference
-        layers = offline.build_local_global_layers(cfg, g["layers"], g["window"], g["period"])
+        layers = offline.build_local_global_layers(cfg, g["layers"], g["window"], g["period"],
+                                                   sinks=g["sinks"] and int2)
         if int2:
             with set_current_aphrodite_config(cfg):   # what update_block_size_for_backend asks
                 cfg.cache_config.block_size = Int2AttentionBackend.get_preferred_block_size(16)
@@ -233,14 +246,16 @@ def gemma_sizer(engine: Engine):
         extra = {"int2_block": cfg.cache_config.block_size} if int2 else {}
         if int2:
             local = specs["model.layers.0.self_attn.attn"]
+            n_global = g["layers"] // g["period"]
             extra.update(local_block=local.block_size, local_kv_cache_dtype=layers[0].kv_cache_dtype,
-                         note="int2 on the 10 global layers, the local layers in the engine's own cache; "
+                         note=f"int2 on the {n_global} global layers, the local layers in the engine's own cache; "
                               "pages padded to the local page")
         os.environ.pop("APHRODITE_INT2KV_LOCAL_KV_DTYPE", None)
         return round(engine.tokens(cfg, specs)), extra
 
-    return (f"gemma3-27b shapes ({g['layers']} layers: every {g['period']}th global, the rest with a "
-            f"{g['window']}-token window; {g['heads']} q / {g['kv_heads']} KV heads of {g['head_dim']})"), sized
+    return (f"{name} shapes ({g['layers']} layers: one global in {g['period']}, the others with a "
+            f"{g['window']}-token window; {g['heads']} q / {g['kv_heads']} KV heads of {g['head_dim']}"
+            f"{'; learned attention sinks' if g['sinks'] else ''})"), sized
 
 
 def hybrid_sizer(engine: Engine):

@@ -157,6 +157,12 @@ class Int2AttentionBackend(AttentionBackend):
         return list(HEAD_DIMS)
 
     @classmethod
+    def supports_sink(cls) -> bool:
+        """Learned attention sinks (gpt-oss): the tile format's kernels take them (the per-token
+        format's impl refuses them at build, naming the setting)."""
+        return True
+
+    @classmethod
     def supports_attn_type(cls, attn_type: str) -> bool:
         return attn_type == AttentionType.DECODER
 
@@ -402,8 +408,11 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             reasons.append("ALiBi")
         if logits_soft_cap:
             reasons.append("logits soft-capping")
-        if extra.get("sinks") is not None:
-            reasons.append("attention sinks")
+        sink_logits = extra.get("sinks")
+        if sink_logits is not None and not options().tiles:
+            reasons.append("attention sinks with APHRODITE_INT2KV_FORMAT=tokens (the default tile format has them)")
+        elif sink_logits is not None and tuple(sink_logits.shape) != (num_heads,):
+            reasons.append(f"attention sinks of shape {tuple(sink_logits.shape)} for {num_heads} query heads")
         if head_size not in HEAD_DIMS:
             reasons.append(f"head size {head_size} (supported: {HEAD_DIMS})")
         if reasons:
@@ -417,6 +426,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         self.num_heads, self.num_kv_heads, self.head_size = num_heads, num_kv_heads, head_size
         self.scale = float(scale)
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
+        self.sink_logits = sink_logits    # [Hq] learned attention sinks (gpt-oss; the layer's parameter) or None
         self._rot = None  # (R_q, R_k, R_v) on the device, built on first use
         self._k_center = None
         self._centers_memo = None   # data-free offsets of the current step (see _step_centers)
@@ -661,12 +671,12 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             splits = tile_decode_splits(nr, H * -(-ratio // 16), device_limits(q.device).num_sms)
             tile_split_decode(q[:nd], k[:nd], v[:nd], pages, m.block_table[:nr], m.seq_lens[:nr], self.scale,
                         (k_win, v_win, table[:nr], self.window), out=out[:nd], num_splits=splits,
-                        sinks=S, ring=wmeta.ring)
+                        sinks=S, ring=wmeta.ring, sink_logits=self.sink_logits)
         if m.num_prefills:
             qsl = (m.query_start_loc[nr:] - m.query_start_loc[nr]).to(torch.int32)
             tile_attention(q[nd:n], k[nd:], v[nd:], pages, m.block_table[nr:], qsl, m.seq_lens[nr:],
                            m.max_query_len, self.scale, (k_win, v_win, table[nr:], self.window), out=out[nd:n],
-                           sinks=S, ring=wmeta.ring)
+                           sinks=S, ring=wmeta.ring, sink_logits=self.sink_logits)
             if wmeta.ring:
                 slots = ring_window(m, wmeta, m.slot_mapping, n, self.window, W, S)[1]
                 window_store(k[nd:], v[nd:], slots[nd:n], k_win, v_win)

@@ -40,11 +40,15 @@ def build_int2_layers(cfg, n, backend="int2"):
                           prefix=f"model.layers.{i}.self_attn.attn", **extra) for i in range(n)]
 
 
-def build_local_global_layers(cfg, n, window, period=6):
+def build_local_global_layers(cfg, n, window, period=6, sinks=False):
     """Real `Attention` layers in Gemma 3's pattern: layer i is global when (i + 1) % period == 0,
     else local with a `window`-token sliding window (as Gemma3Attention passes it). Under int2 the
     global layers get the int2 backend (what the CUDA platform would select; this host is CPU-only)
-    and our __init__ wrapper builds the local ones with the local dtype."""
+    and our __init__ wrapper builds the local ones with the local dtype. sinks: the global layers
+    carry learned attention sinks, as gpt-oss's do (the CPU platform's backend, which the local
+    layers get here, takes none)."""
+    import torch
+
     from aphrodite.config import set_current_aphrodite_config
     from aphrodite.model_executor.layers.attention.attention import Attention
 
@@ -59,6 +63,8 @@ def build_local_global_layers(cfg, n, window, period=6):
                 extra = {"per_layer_sliding_window": window}
             else:
                 extra = {"attn_backend": Int2AttentionBackend} if int2 else {}
+                if sinks:
+                    extra["sinks"] = torch.zeros(hf.num_attention_heads)
             layers.append(Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,
                                     num_kv_heads=hf.num_key_value_heads, cache_config=cfg.cache_config,
                                     prefix=f"model.layers.{i}.self_attn.attn", **extra))

@@ -548,6 +548,17 @@ def chunk_queries(q_ptr, q_start, rows, rmask, q_head, stride_qt, stride_qh, W: 
 
 
 @triton.jit
+def with_sink_logit(m_i, l_i, acc0, acc1, acc2, acc3, sink):
+    """One more score per row, `sink` (log2 units), whose value is zero: a learned attention sink
+    (gpt-oss) takes its share of the softmax and adds nothing to the output."""
+    m_new = tl.maximum(m_i, sink)
+    alpha = tl.exp2(m_i - m_new)
+    l_i = l_i * alpha + tl.exp2(sink - m_new)
+    return (m_new, l_i, acc0 * alpha[:, None], acc1 * alpha[:, None], acc2 * alpha[:, None],
+            acc3 * alpha[:, None])
+
+
+@triton.jit
 def store_chunk_rows(out_ptr, q_start, rows, rmask, q_head, stride_ot, stride_oh, l_i, acc0, acc1, acc2, acc3,
                      W: tl.constexpr):
     """Normalise the accumulators by the softmax sums and store the chunk's output rows (the layout

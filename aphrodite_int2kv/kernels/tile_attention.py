@@ -23,7 +23,7 @@ import triton.language as tl
 
 from aphrodite_int2kv.int2.tile_format import TilePages
 from aphrodite_int2kv.kernels.common import (LOG2E, chunk_queries, chunk_span, empty_state, magic_bits, softmax_step,
-                                             store_chunk_rows, window_span)
+                                             store_chunk_rows, window_span, with_sink_logit)
 from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype
 
@@ -225,14 +225,14 @@ def _tile_attention_kernel(
     out_ptr, stride_ot, stride_oh,               # [T, Hq, D]
     rec_u8, rec_f16, stride_page, stride_head,   # the tile records (int2/tile_format.py TilePages)
     block_table_ptr, stride_bt, query_start_ptr, seq_lens_ptr,
-    qk_scale,
+    qk_scale, sink_ptr,                          # sink_ptr: [Hq] learned sink logits, log2 units (HAS_SINK)
     wk_ptr, wv_ptr, stride_wb, stride_ws, stride_wh, wbt_ptr, stride_wbt,   # recent window (decode.py)
     BLOCK_SIZE: tl.constexpr, T: tl.constexpr, D: tl.constexpr, RATIO: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TILE_BYTES: tl.constexpr,
     OFF_KH: tl.constexpr, OFF_V: tl.constexpr, OFF_KN: tl.constexpr, OFF_VN: tl.constexpr,
     OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
     OFF_PEAKS: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr,
-    RING: tl.constexpr, SINKS: tl.constexpr,
+    RING: tl.constexpr, SINKS: tl.constexpr, HAS_SINK: tl.constexpr,
 ):
     W: tl.constexpr = D // 4
     q_block = tl.program_id(0)
@@ -274,8 +274,21 @@ def _tile_attention_kernel(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, rows, tl.minimum(q_len, (q_block + 1) * BLOCK_M),
         k_ptr + q_start * stride_kt + kv_head * stride_kh, v_ptr + q_start * stride_vt + kv_head * stride_vh,
         stride_kt, stride_vt, qk_scale, BLOCK_N, W, DOT)
+    if HAS_SINK:
+        m_i, l_i, acc0, acc1, acc2, acc3 = with_sink_logit(m_i, l_i, acc0, acc1, acc2, acc3,
+                                                           tl.load(sink_ptr + q_head))
 
     store_chunk_rows(out_ptr, q_start, rows, rmask, q_head, stride_ot, stride_oh, l_i, acc0, acc1, acc2, acc3, W)
+
+
+def sink_log2(sink_logits, num_q_heads: int, like):
+    """The kernels' sink argument: [Hq] learned sink logits in log2 units (a placeholder pointer
+    when there are none, HAS_SINK=False)."""
+    if sink_logits is None:
+        return like
+    if sink_logits.shape != (num_q_heads,):
+        raise ValueError(f"tile kernels: {tuple(sink_logits.shape)} sink logits for {num_q_heads} query heads")
+    return sink_logits.float() * LOG2E
 
 
 def record_args(pages: TilePages):
@@ -300,13 +313,14 @@ def record_constants(pages: TilePages, window, sinks: int, ring: bool) -> dict:
 
 def tile_attention(q_rot, k_rot, v_rot, pages: TilePages, block_table, query_start_loc, seq_lens,
                    max_query_len: int, sm_scale: float, window, out=None, sinks: int = 0, ring: bool = False,
-                   block_m: int | None = None, block_n: int = 32):
+                   block_m: int | None = None, block_n: int = 32, sink_logits=None):
     """q_rot [N, Hq, D], k_rot/v_rot [N, Hkv, D] (the step's new tokens, rotated) -> out [N, Hq, D]
     (rotated). Request b's new tokens are query_start_loc[b] .. [b+1], the last of its seq_lens[b];
     its prefix is read from its tile records (through block_table's pages) up to the window of the
     chunk's first token, and from the recent window `window` = (k_win, v_win, table, R) after it;
     its first `sinks` positions from the window too (paged, or a `ring`: kernels/common.py window_slot).
-    Decodes are chunks of one token (their own K/V come in k_rot / v_rot)."""
+    Decodes are chunks of one token (their own K/V come in k_rot / v_rot). sink_logits: [Hq] learned
+    attention-sink logits (gpt-oss), one more softmax score per query head with a zero value."""
     N, Hq, D = q_rot.shape
     Hkv = k_rot.shape[1]
     L = pages.layout
@@ -328,10 +342,10 @@ def tile_attention(q_rot, k_rot, v_rot, pages: TilePages, block_table, query_sta
         k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
         out, out.stride(0), out.stride(1),
         *record_args(pages), block_table, block_table.stride(0), query_start_loc, seq_lens,
-        sm_scale * LOG2E,
+        sm_scale * LOG2E, sink_log2(sink_logits, Hq, q_rot),
         *_window_args(window, q_rot),
         RATIO=Hq // Hkv, BLOCK_M=block_m, BLOCK_N=block_n, DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(),
-        num_warps=4,
+        HAS_SINK=sink_logits is not None, num_warps=4,
         **record_constants(pages, window, sinks, ring),
     )
     return out

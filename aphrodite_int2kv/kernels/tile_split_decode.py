@@ -27,7 +27,7 @@ from aphrodite_int2kv.int2.tile_format import TilePages
 from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.common import LOG2E, empty_state, fp_tile, group_heads, query_planes, window_span
 from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype, store_partial
-from aphrodite_int2kv.kernels.tile_attention import record_args, record_constants, tile_span
+from aphrodite_int2kv.kernels.tile_attention import record_args, record_constants, sink_log2, tile_span
 
 
 @triton.jit(do_not_specialize=["num_splits"])
@@ -90,11 +90,12 @@ def _tile_split_kernel(
 
 
 @triton.jit(do_not_specialize=["num_splits"])
-def _tile_merge_kernel(part_out_ptr, part_lse_ptr, num_splits, out_ptr, stride_ob, stride_oh,
-                       D: tl.constexpr, CHUNK: tl.constexpr):
+def _tile_merge_kernel(part_out_ptr, part_lse_ptr, num_splits, out_ptr, stride_ob, stride_oh, sink_ptr,
+                       D: tl.constexpr, CHUNK: tl.constexpr, HAS_SINK: tl.constexpr):
     """Grid (batch, num_q_heads): the log-sum-exp merge of one row's num_splits + 1 slots, CHUNK
     at a time (slot i holds out_i = acc_i / l_i and lse_i = m_i + log2 l_i, so it enters the running
-    softmax state with weight exp2(lse_i - m))."""
+    softmax state with weight exp2(lse_i - m)); then, with HAS_SINK, the head's learned sink logit
+    (log2 units, sink_ptr[head]) as one more score with a zero value."""
     batch = tl.program_id(0)
     head = tl.program_id(1)
     n = num_splits + 1
@@ -115,6 +116,12 @@ def _tile_merge_kernel(part_out_ptr, part_lse_ptr, num_splits, out_ptr, stride_o
         acc = acc * alpha + tl.sum(parts * w[:, None], axis=0)
         l = l * alpha + tl.sum(w, axis=0)
         m = m_new
+    if HAS_SINK:
+        sink = tl.load(sink_ptr + head)
+        m_new = tl.maximum(m, sink)
+        alpha = tl.exp2(m - m_new)
+        acc = acc * alpha
+        l = l * alpha + tl.exp2(sink - m_new)
     out = acc / tl.where(l > 0, l, 1.0)
     tl.store(out_ptr + batch * stride_ob + head * stride_oh + dims, out.to(out_ptr.dtype.element_ty))
 
@@ -128,12 +135,13 @@ def tile_decode_splits(batch: int, head_programs: int, num_sms: int) -> int:
 
 def tile_split_decode(q_rot, k_rot, v_rot, pages: TilePages, block_table, seq_lens, sm_scale: float, window,
                 out=None, num_splits: int | None = None, sinks: int = 0, ring: bool = False,
-                block_h: int = 16, block_n: int = 16):
+                block_h: int = 16, block_n: int = 16, sink_logits=None):
     """q_rot [B, Hq, D] (one token per sequence, the last of its seq_lens[b]), k_rot / v_rot
     [B, Hkv, D] the tokens' own K / V -> out [B, Hq, D], all rotated. The prefix before the token's
     recent window is read from the tile records through block_table's pages; the window
     `window` = (k_win, v_win, table, R) after it and the first `sinks` positions from the window
-    (paged, or a `ring`), as tile_attention reads a decode."""
+    (paged, or a `ring`), as tile_attention reads a decode. sink_logits: [Hq] learned attention-sink
+    logits (gpt-oss), merged in as one more score per query head with a zero value."""
     B, Hq, D = q_rot.shape
     Hkv = k_rot.shape[1]
     L = pages.layout
@@ -164,5 +172,6 @@ def tile_split_decode(q_rot, k_rot, v_rot, pages: TilePages, block_table, seq_le
         num_warps=4, **record_constants(pages, window, sinks, ring),
     )
     _tile_merge_kernel[(B, Hq)](part_out, part_lse, num_splits, out, out.stride(0), out.stride(1),
-                                D=D, CHUNK=8, num_warps=4)
+                                sink_log2(sink_logits, Hq, part_lse), D=D, CHUNK=8,
+                                HAS_SINK=sink_logits is not None, num_warps=4)
     return out
