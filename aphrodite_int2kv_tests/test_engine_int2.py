@@ -397,6 +397,26 @@ def test_a_model_with_no_int2_layer_is_refused(registered, tmp_path):
         layer.get_kv_cache_spec(cfg)
 
 
+def test_a_hybrid_model_with_sliding_window_layers_is_refused(registered, tmp_path):
+    """GDN state pages beside two attention page sizes: not sized yet, refused with the reason."""
+    from aphrodite.engine.arg_utils import EngineArgs
+    from aphrodite.config import set_current_aphrodite_config
+    from aphrodite.model_executor.layers.attention.attention import Attention
+
+    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
+    from aphrodite_int2kv.engine.local_layers import model_pages
+
+    cfg = EngineArgs(model=_hybrid_dir(tmp_path), kv_cache_dtype="int2", max_model_len=1024,
+                     skip_tokenizer_init=True).create_engine_config()
+    with set_current_aphrodite_config(cfg):
+        for i, extra in ((2, {"per_layer_sliding_window": 256}), (3, {"attn_backend": Int2AttentionBackend})):
+            Attention(4, 256, 256 ** -0.5, num_kv_heads=2, cache_config=cfg.cache_config,
+                      prefix=f"model.layers.{i}.self_attn.attn", **extra)
+    with pytest.raises(Int2ConfigError, match="hybrid .GDN/Mamba. model does not support attention layers kept out"
+                                              " of int2 .layers 2: sliding windows"):
+        model_pages(cfg)
+
+
 def test_start_up_line_names_the_int2_and_the_local_layers(registered, tmp_path):
     from aphrodite_int2kv.engine.local_layers import describe, layer_ranges
 

@@ -120,6 +120,11 @@ def model_pages(aphrodite_config) -> SharedPages | None:
     local = kept_layers(layers)
     if not local:
         return None
+    if getattr(aphrodite_config.model_config, "is_hybrid", False):
+        raise Int2ConfigError(f"--kv-cache-dtype int2 on a hybrid (GDN/Mamba) model does not support attention "
+                              f"layers kept out of int2 ({layer_ranges(local)}: sliding windows or "
+                              f"kv_cache_dtype_skip_layers): the Gated DeltaNet state pages and two attention page "
+                              f"sizes cannot share one page yet. Use --kv-cache-dtype auto or fp8 for this model")
     int2 = {n: l for n, l in layers.items() if l.kv_cache_dtype == INT2}
     if not int2:
         windows = sorted({l.sliding_window for l in local.values() if l.sliding_window is not None})
