@@ -43,6 +43,11 @@ TOKEN_FORMAT_ONLY = ("GROUP_SIZE", "K_CLIP", "V_CLIP", "LEVELS", "K_CENTER_SKIP"
 
 
 DATA_FREE_FIRST = 16     # measured best on SmolLM2 (docs/quality.md)
+# the defaults that differ by format, said once: the tile format centers no keys (its per-channel
+# zeros take the offset); the per-token format stores the first 4 tokens uncentered and centers on
+# the mean of the first keys (None = auto: DATA_FREE_FIRST, or 0 where the K rotation file carries offsets)
+FORMAT_DEFAULTS = {"tiles": dict(k_center_skip=0, k_center_first=0),
+                   "tokens": dict(k_center_skip=4, k_center_first=None)}
 
 
 def _center_first(raw: str):
@@ -113,8 +118,8 @@ class Int2Options:
     k_clip: float = 1.0
     v_clip: float = 1.0
     levels: str = "std"
-    k_center_skip: int = 0            # FORMAT=tokens: 4 (from_env)
-    k_center_first: int = 0           # FORMAT=tokens: 16, or 0 when the K rotation file carries offsets (from_env)
+    k_center_skip: int = FORMAT_DEFAULTS["tiles"]["k_center_skip"]     # FORMAT_DEFAULTS, per format
+    k_center_first: int = FORMAT_DEFAULTS["tiles"]["k_center_first"]
     recent_window: int = 128
     decode_tile: str = "auto"
     format: str = "tiles"             # the defaults above are the tile format's: no K centering
@@ -137,6 +142,8 @@ class Int2Options:
             raise Int2ConfigError(f"{PREFIX}LLOYD_MAX was replaced by {PREFIX}LEVELS (std, minmax or "
                                   f"lloyd-max); for Lloyd-Max levels set {PREFIX}LEVELS=lloyd-max")
         unknown_names(env)
+        fmt = get("FORMAT", "tiles", lambda r: r.strip().lower(), "a format")
+        defaults = FORMAT_DEFAULTS.get(fmt, FORMAT_DEFAULTS["tiles"])   # (an unknown format fails in validate)
         opts = cls(
             group_size=get("GROUP_SIZE", None, _group, f"'auto' or one of {GROUP_SIZES}"),
             k_rotation=get("K_ROTATION", "hadamard", str, "a rotation"),
@@ -144,21 +151,21 @@ class Int2Options:
             k_clip=get("K_CLIP", 1.0, float, "a number"),
             v_clip=get("V_CLIP", 1.0, float, "a number"),
             levels=get("LEVELS", "std", str, "a level mode"),
-            k_center_skip=get("K_CENTER_SKIP", 4, int, "an integer number of tokens"),
-            k_center_first=get("K_CENTER_FIRST", None, _center_first, "'auto' or an integer number of tokens (0 = off)"),
+            k_center_skip=get("K_CENTER_SKIP", defaults["k_center_skip"], int, "an integer number of tokens"),
+            k_center_first=get("K_CENTER_FIRST", defaults["k_center_first"], _center_first,
+                               "'auto' or an integer number of tokens (0 = off)"),
             recent_window=get("RECENT_WINDOW", 128, int, "an integer number of tokens (0 = off)"),
             decode_tile=get("DECODE_TILE", "auto", lambda r: r.strip().lower(), "a decode tile"),
-            format=get("FORMAT", "tiles", lambda r: r.strip().lower(), "a format"),
+            format=fmt,
             local_kv_dtype=get("LOCAL_KV_DTYPE", "auto", lambda r: r.strip().lower(), "a KV-cache dtype"),
         )
-        if opts.format == "tiles":
+        if fmt == "tiles":   # (its defaults above need no per-token setting)
             given = [PREFIX + n for n in TOKEN_FORMAT_ONLY if env.get(PREFIX + n)]
             if given:
                 default = "" if env.get(PREFIX + "FORMAT") else " (the default)"
                 raise Int2ConfigError(f"{', '.join(given)}: setting(s) of the per-token format, which "
                                       f"{PREFIX}FORMAT=tiles{default} does not use; unset them, or set "
                                       f"{PREFIX}FORMAT=tokens")
-            opts = dataclasses.replace(opts, k_center_first=0, k_center_skip=0)
         if opts.k_center_first is None:   # auto: data-free centering unless a file gives offsets
             opts = dataclasses.replace(opts, k_center_first=0 if _file_offsets(opts.k_rotation) else DATA_FREE_FIRST)
         opts.validate()
