@@ -145,7 +145,14 @@ def test_int2_impl_refuses_what_it_cannot_serve(registered):
     with pytest.raises(Int2ConfigError, match="head size 96"):
         Int2AttentionImpl(4, 96, 96 ** -0.5, 2, None, None, "int2")
     # learned attention sinks (gpt-oss): the tile format (the default) takes one logit per query head
-    assert Int2AttentionImpl(4, 64, 64 ** -0.5, 2, None, None, "int2", sinks=torch.zeros(4)).sink_logits.shape == (4,)
+    sinks = torch.nn.Parameter(torch.tensor([0.5, -2.0, 3.0, 0.0]), requires_grad=False)
+    impl = Int2AttentionImpl(4, 64, 64 ** -0.5, 2, None, None, "int2", sinks=sinks)
+    impl.process_weights_after_loading(torch.bfloat16)     # the kernels' log2 units, once per loading
+    first = impl._sinks_log2
+    assert torch.allclose(first, sinks * 1.4426950408889634)
+    sinks.data.copy_(torch.ones(4))                         # reloaded weights: the same buffer, new values
+    impl.process_weights_after_loading(torch.bfloat16)
+    assert impl._sinks_log2 is first and torch.allclose(first, torch.full((4,), 1.4426950408889634))
     with pytest.raises(Int2ConfigError, match=r"attention sinks of shape \(8,\) for 4 query heads"):
         Int2AttentionImpl(4, 64, 64 ** -0.5, 2, None, None, "int2", sinks=torch.zeros(8))
     assert Int2AttentionBackend.supports_sink()
@@ -354,12 +361,23 @@ def test_sliding_window_model_pages_share_one_size_and_int2_saves(registered, tm
     from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
     from aphrodite.v1.kv_cache_interface import SlidingWindowSpec
 
+    from aphrodite_int2kv.engine import local_layers
+
+    scans = []
+    real = local_layers._model_pages
     ratios = {}
     for ctx in (32768, 131072):
         bf16, int2 = _gemma_configs(tmp_path / str(ctx), ctx)
 
         assert int2.cache_config.block_size == 256
-        specs = _engine_specs(int2)
+        local_layers._model_pages = lambda cfg: scans.append(cfg) or real(cfg)
+        try:
+            specs = _engine_specs(int2)
+        finally:
+            local_layers._model_pages = real
+        # the 14 specs of this model come from one look at its layers (it was seen once already,
+        # choosing the block size), not a scan of all layers per spec
+        assert scans == [] and len(specs) == 14
         local = specs["model.layers.0.self_attn.attn"]
         glob = specs["model.layers.5.self_attn.attn"]
         win = specs["model.layers.5.self_attn.attn.int2_window"]

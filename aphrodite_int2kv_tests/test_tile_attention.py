@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from aphrodite_int2kv.int2.tile_format import TileLayout, TilePages, decode_tile, encode_tile
-from aphrodite_int2kv.kernels.tile_attention import tile_attention
+from aphrodite_int2kv.kernels.tile_attention import sink_log2, tile_attention
 from aphrodite_int2kv.kernels.tile_split_decode import tile_split_decode
 from aphrodite_int2kv.kernels.tile_store import tile_store
 from aphrodite_int2kv.engine.window import window_slot
@@ -279,7 +279,7 @@ def test_learned_sink_logits_take_their_softmax_share(D, RATIO):
         D, RATIO, R, reqs, seed=7 + D, sinks=4)
     Hq = 2 * RATIO
     sink_logits = torch.linspace(-30.0, 6.0, Hq)
-    dev = dict(sink_logits=sink_logits.to(DEVICE), sinks=4)
+    dev = dict(sinks_log2=sink_log2(sink_logits.to(DEVICE)), sinks=4)
     out = tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
                          seq_lens, max(n for _, n in reqs), D ** -0.5, window, **dev)
     _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D, sink_logits)
@@ -293,6 +293,7 @@ def test_learned_sink_logits_take_their_softmax_share(D, RATIO):
                               (window[0], window[1], window[2][:nd], R), num_splits=3, **dev)
     _check(split, q[:nd], qsl[:nd + 1], dec, ref_k, ref_v, RATIO, D, sink_logits)
     assert torch.allclose(split, out[:nd], atol=ATOL, rtol=0)
-    with pytest.raises(ValueError, match="sink logits for"):
-        tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
-                       seq_lens, 70, D ** -0.5, window, sinks=4, sink_logits=torch.zeros(Hq + 1, device=DEVICE))
+    for bad in (torch.zeros(Hq + 1, device=DEVICE), sink_logits.to(DEVICE, torch.bfloat16)):   # shape; not converted
+        with pytest.raises(ValueError, match="sink logits for"):
+            tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
+                           seq_lens, 70, D ** -0.5, window, sinks=4, sinks_log2=bad)

@@ -31,7 +31,7 @@ from aphrodite_int2kv.kernels.limits import device_limits
 from aphrodite_int2kv.kernels.prefill import int2_prefill
 from aphrodite_int2kv.kernels.centers import sequence_centers
 from aphrodite_int2kv.kernels.store import Centering, int2_store, window_store
-from aphrodite_int2kv.kernels.tile_attention import tile_attention
+from aphrodite_int2kv.kernels.tile_attention import sink_log2, tile_attention
 from aphrodite_int2kv.kernels.tile_split_decode import tile_decode_splits, tile_split_decode
 from aphrodite_int2kv.kernels.tile_store import tile_store
 from aphrodite_int2kv.engine.window import window_name, window_slot, window_views
@@ -427,6 +427,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         self.scale = float(scale)
         self.kv_sharing_target_layer_name = kv_sharing_target_layer_name
         self.sink_logits = sink_logits    # [Hq] learned attention sinks (gpt-oss; the layer's parameter) or None
+        self._sinks_log2 = None           # their log2 form for the kernels: process_weights_after_loading
         self._rot = None  # (R_q, R_k, R_v) on the device, built on first use
         self._k_center = None
         self._centers_memo = None   # data-free offsets of the current step (see _step_centers)
@@ -584,6 +585,18 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         tile_store(kt.transpose(1, 2).contiguous(), vt.transpose(1, 2).contiguous(), exclude, dest,
                    self._tile_pages(cache), self.tiles)
 
+    def process_weights_after_loading(self, act_dtype):
+        """The engine's hook after (re)loading the weights: the learned sink logits in the kernels'
+        log2 units, made here once per loading instead of at every step, in one buffer that captured
+        CUDA graphs keep reading."""
+        if self.sink_logits is None:
+            return
+        log2 = sink_log2(self.sink_logits)
+        if self._sinks_log2 is not None and self._sinks_log2.device == log2.device:
+            self._sinks_log2.copy_(log2)
+        else:
+            self._sinks_log2 = log2
+
     def _tile_pages(self, cache) -> TilePages:
         try:
             return TilePages.of_cache(cache, self.tiles)
@@ -663,6 +676,9 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
         W, S = k_win.shape[1], TILE_SINKS
         table = ring_window(m, wmeta, m.slot_mapping, n, self.window, W, S)[0] if wmeta.ring else wmeta.block_table
         pages = self._tile_pages(cache)
+        if self.sink_logits is not None and self._sinks_log2 is None:   # (a layer used without the engine's loader)
+            self.process_weights_after_loading(q.dtype)
+        sinks_log2 = self._sinks_log2
         out = torch.empty_like(q)
         nd, nr = m.num_decode_tokens, m.num_decodes
         if nr:
@@ -671,12 +687,12 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
             splits = tile_decode_splits(nr, H * -(-ratio // 16), device_limits(q.device).num_sms)
             tile_split_decode(q[:nd], k[:nd], v[:nd], pages, m.block_table[:nr], m.seq_lens[:nr], self.scale,
                         (k_win, v_win, table[:nr], self.window), out=out[:nd], num_splits=splits,
-                        sinks=S, ring=wmeta.ring, sink_logits=self.sink_logits)
+                        sinks=S, ring=wmeta.ring, sinks_log2=sinks_log2)
         if m.num_prefills:
             qsl = (m.query_start_loc[nr:] - m.query_start_loc[nr]).to(torch.int32)
             tile_attention(q[nd:n], k[nd:], v[nd:], pages, m.block_table[nr:], qsl, m.seq_lens[nr:],
                            m.max_query_len, self.scale, (k_win, v_win, table[nr:], self.window), out=out[nd:n],
-                           sinks=S, ring=wmeta.ring, sink_logits=self.sink_logits)
+                           sinks=S, ring=wmeta.ring, sinks_log2=sinks_log2)
             if wmeta.ring:
                 slots = ring_window(m, wmeta, m.slot_mapping, n, self.window, W, S)[1]
                 window_store(k[nd:], v[nd:], slots[nd:n], k_win, v_win)

@@ -111,11 +111,27 @@ def _token_bytes(layers, per_layer, what) -> int:
     return sizes.pop()
 
 
+_pages_memo: list = []   # [(config, layers in its forward context, user block, options, pages)]: the last model asked about
+
+
 def model_pages(aphrodite_config) -> SharedPages | None:
     """The shared pages of an int2 model with local layers (None: no local layers, nothing to share).
-    Asked once the model is built (every layer in the static forward context)."""
+    Asked once the model is built (every layer in the static forward context), by every layer's
+    spec, the window's, the block-size choice and the start-up line: worked out once per model
+    (and settings), not by a scan of all layers at each of those calls."""
     if getattr(aphrodite_config.cache_config, "cache_dtype", None) != INT2:
         return None
+    from aphrodite_int2kv.engine.options import options
+
+    key = (len(aphrodite_config.compilation_config.static_forward_context), _user_block(aphrodite_config), options())
+    if _pages_memo and _pages_memo[0][0] is aphrodite_config and _pages_memo[0][1:4] == key:
+        return _pages_memo[0][4]
+    pages = _model_pages(aphrodite_config)
+    _pages_memo[:] = [(aphrodite_config, *key, pages)]
+    return pages
+
+
+def _model_pages(aphrodite_config) -> SharedPages | None:
     layers = _attention_layers(aphrodite_config)
     local = kept_layers(layers)
     if not local:
@@ -139,9 +155,13 @@ def model_pages(aphrodite_config) -> SharedPages | None:
     int2_tb = _token_bytes(int2, lambda l: l.num_kv_heads * slot_bytes_for(l.head_size), "int2")
     local_tb = _token_bytes(local, lambda l: l.num_kv_heads * (l.head_size + l.head_size_v)
                             * get_dtype_size(l.kv_cache_torch_dtype), "non-int2")
+    return shared_pages(int2_tb, local_tb, _user_block(aphrodite_config))
+
+
+def _user_block(aphrodite_config) -> int | None:
+    """The block size the user asked for (--block-size), else None: the int2 block is fitted."""
     cache = aphrodite_config.cache_config
-    user_block = cache.block_size if getattr(cache, "user_specified_block_size", False) else None
-    return shared_pages(int2_tb, local_tb, user_block)
+    return cache.block_size if getattr(cache, "user_specified_block_size", False) else None
 
 
 def local_spec(spec, pages: SharedPages):

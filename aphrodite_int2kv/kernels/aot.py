@@ -256,9 +256,9 @@ def tile_format_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list
             with recorded_launches() as caught:
                 tile_attention(qd[:1].expand(64, 16, D), kv, kv, pages, table[:1], torch.tensor([0, 64], dtype=torch.int32),
                                torch.tensor([564], dtype=torch.int32), 64, 0.1, (win, win, table[:1], 128),
-                               sink_logits=torch.zeros(16))
+                               sinks_log2=torch.zeros(16))
                 tile_split_decode(qd, kv[:2], kv[:2], pages, table, torch.tensor([600, 70], dtype=torch.int32), 0.1,
-                                  (win, win, table, 128), num_splits=3, sink_logits=torch.zeros(16))
+                                  (win, win, table, 128), num_splits=3, sinks_log2=torch.zeros(16))
             for launch in caught:
                 launch.label = f"D{D} tile 64 with sink logits"
             found.extend(caught)

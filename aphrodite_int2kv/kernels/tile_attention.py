@@ -281,14 +281,22 @@ def _tile_attention_kernel(
     store_chunk_rows(out_ptr, q_start, rows, rmask, q_head, stride_ot, stride_oh, l_i, acc0, acc1, acc2, acc3, W)
 
 
-def sink_log2(sink_logits, num_q_heads: int, like):
-    """The kernels' sink argument: [Hq] learned sink logits in log2 units (a placeholder pointer
-    when there are none, HAS_SINK=False)."""
-    if sink_logits is None:
-        return like
-    if sink_logits.shape != (num_q_heads,):
-        raise ValueError(f"tile kernels: {tuple(sink_logits.shape)} sink logits for {num_q_heads} query heads")
+def sink_log2(sink_logits):
+    """[Hq] learned attention-sink logits (gpt-oss) -> the kernels' `sinks_log2` argument: fp32 in
+    log2 units. Made once per set of weights by the caller (the layer's parameter is fixed after
+    loading), not at every launch."""
     return sink_logits.float() * LOG2E
+
+
+def sinks_arg(sinks_log2, num_q_heads: int, like):
+    """The kernels' sink pointer: `sinks_log2` checked ([Hq] fp32), or a placeholder pointer when
+    there are none (HAS_SINK=False)."""
+    if sinks_log2 is None:
+        return like
+    if sinks_log2.shape != (num_q_heads,) or sinks_log2.dtype != torch.float32:
+        raise ValueError(f"tile kernels: {tuple(sinks_log2.shape)} {sinks_log2.dtype} sink logits for {num_q_heads} "
+                         f"query heads (expected [{num_q_heads}] float32 from sink_log2)")
+    return sinks_log2
 
 
 def record_args(pages: TilePages):
@@ -313,14 +321,15 @@ def record_constants(pages: TilePages, window, sinks: int, ring: bool) -> dict:
 
 def tile_attention(q_rot, k_rot, v_rot, pages: TilePages, block_table, query_start_loc, seq_lens,
                    max_query_len: int, sm_scale: float, window, out=None, sinks: int = 0, ring: bool = False,
-                   block_m: int | None = None, block_n: int = 32, sink_logits=None):
+                   block_m: int | None = None, block_n: int = 32, sinks_log2=None):
     """q_rot [N, Hq, D], k_rot/v_rot [N, Hkv, D] (the step's new tokens, rotated) -> out [N, Hq, D]
     (rotated). Request b's new tokens are query_start_loc[b] .. [b+1], the last of its seq_lens[b];
     its prefix is read from its tile records (through block_table's pages) up to the window of the
     chunk's first token, and from the recent window `window` = (k_win, v_win, table, R) after it;
     its first `sinks` positions from the window too (paged, or a `ring`: kernels/common.py window_slot).
-    Decodes are chunks of one token (their own K/V come in k_rot / v_rot). sink_logits: [Hq] learned
-    attention-sink logits (gpt-oss), one more softmax score per query head with a zero value."""
+    Decodes are chunks of one token (their own K/V come in k_rot / v_rot). sinks_log2: [Hq] learned
+    attention-sink logits (gpt-oss) as sink_log2 gives them, one more softmax score per query head
+    with a zero value."""
     N, Hq, D = q_rot.shape
     Hkv = k_rot.shape[1]
     L = pages.layout
@@ -342,10 +351,10 @@ def tile_attention(q_rot, k_rot, v_rot, pages: TilePages, block_table, query_sta
         k_rot, v_rot, k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1),
         out, out.stride(0), out.stride(1),
         *record_args(pages), block_table, block_table.stride(0), query_start_loc, seq_lens,
-        sm_scale * LOG2E, sink_log2(sink_logits, Hq, q_rot),
+        sm_scale * LOG2E, sinks_arg(sinks_log2, Hq, q_rot),
         *_window_args(window, q_rot),
         RATIO=Hq // Hkv, BLOCK_M=block_m, BLOCK_N=block_n, DOT=dot_dtype(q_rot.dtype), FAST=not interpreting(),
-        HAS_SINK=sink_logits is not None, num_warps=4,
+        HAS_SINK=sinks_log2 is not None, num_warps=4,
         **record_constants(pages, window, sinks, ring),
     )
     return out

@@ -27,7 +27,7 @@ from aphrodite_int2kv.int2.tile_format import TilePages
 from aphrodite_int2kv.kernels import interpreting
 from aphrodite_int2kv.kernels.common import LOG2E, empty_state, fp_tile, group_heads, query_planes, window_span
 from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype, store_partial
-from aphrodite_int2kv.kernels.tile_attention import record_args, record_constants, sink_log2, tile_span
+from aphrodite_int2kv.kernels.tile_attention import record_args, record_constants, sinks_arg, tile_span
 
 
 @triton.jit(do_not_specialize=["num_splits"])
@@ -135,13 +135,14 @@ def tile_decode_splits(batch: int, head_programs: int, num_sms: int) -> int:
 
 def tile_split_decode(q_rot, k_rot, v_rot, pages: TilePages, block_table, seq_lens, sm_scale: float, window,
                 out=None, num_splits: int | None = None, sinks: int = 0, ring: bool = False,
-                block_h: int = 16, block_n: int = 16, sink_logits=None):
+                block_h: int = 16, block_n: int = 16, sinks_log2=None):
     """q_rot [B, Hq, D] (one token per sequence, the last of its seq_lens[b]), k_rot / v_rot
     [B, Hkv, D] the tokens' own K / V -> out [B, Hq, D], all rotated. The prefix before the token's
     recent window is read from the tile records through block_table's pages; the window
     `window` = (k_win, v_win, table, R) after it and the first `sinks` positions from the window
-    (paged, or a `ring`), as tile_attention reads a decode. sink_logits: [Hq] learned attention-sink
-    logits (gpt-oss), merged in as one more score per query head with a zero value."""
+    (paged, or a `ring`), as tile_attention reads a decode. sinks_log2: [Hq] learned attention-sink
+    logits (gpt-oss) as sink_log2 gives them, merged in as one more score per query head with a
+    zero value."""
     B, Hq, D = q_rot.shape
     Hkv = k_rot.shape[1]
     L = pages.layout
@@ -172,6 +173,6 @@ def tile_split_decode(q_rot, k_rot, v_rot, pages: TilePages, block_table, seq_le
         num_warps=4, **record_constants(pages, window, sinks, ring),
     )
     _tile_merge_kernel[(B, Hq)](part_out, part_lse, num_splits, out, out.stride(0), out.stride(1),
-                                sink_log2(sink_logits, Hq, part_lse), D=D, CHUNK=8,
-                                HAS_SINK=sink_logits is not None, num_warps=4)
+                                sinks_arg(sinks_log2, Hq, part_lse), D=D, CHUNK=8,
+                                HAS_SINK=sinks_log2 is not None, num_warps=4)
     return out
