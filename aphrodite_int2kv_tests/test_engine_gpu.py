@@ -1,7 +1,7 @@
 """int2 in the real engine on a GPU, as users run it: `LLM(..., kv_cache_dtype="int2")` on a tiny
-dense, a tiny hybrid (Gated DeltaNet + attention) and a tiny Gemma-3-style (sliding-window layers
-beside global ones) model with dummy weights, eager and with CUDA
-graphs, prefix caching on and off. Each engine runs in a fresh interpreter with its engine core in
+dense, a tiny hybrid (Gated DeltaNet + attention), a tiny Gemma-3-style (sliding-window layers
+beside global ones) and a tiny gpt-oss-style (windows and learned attention sinks) model with
+dummy weights, eager and with CUDA graphs, prefix caching on and off. Each engine runs in a fresh interpreter with its engine core in
 that process, where spies count the glue every int2 request goes through (never replacing it):
 the metadata builder, its CUDA-graph capture path, the recent window found through the forward
 context, and the backend routing that sends the layers to our backend. Then the real SmolLM2-135M
@@ -48,6 +48,12 @@ spy(B.Int2AttentionImpl, "_window_state", "window_found", ok=lambda r: r is not 
 spy(cuda_platform, "_get_backend_priorities", "backend_routing",
     ok=lambda r: any("CUSTOM" in str(b) for b in (r or [])))
 spy(B.Int2AttentionImpl, "forward", "int2_forward")
+real_loaded = B.Int2AttentionImpl.process_weights_after_loading
+def loaded(self, *a, **k):            # gpt-oss: the learned sink logits reach the int2 layers' kernels
+    real_loaded(self, *a, **k)
+    if self._sinks_log2 is not None:
+        calls["sinks_prepared"] += 1
+B.Int2AttentionImpl.process_weights_after_loading = loaded
 
 from aphrodite import LLM, SamplingParams
 from aphrodite.inputs import TokensPrompt
@@ -105,19 +111,37 @@ def _gemma(tmp_path):
     return str(tmp_path)
 
 
-MODELS = {"dense": _dense, "hybrid": _hybrid, "gemma": _gemma}
+def _gptoss(tmp_path):
+    """gpt-oss's attention (8 q / 2 KV heads of 64, learned sink logits, 128-token windows on the
+    even layers) and MoE (4 experts, unquantized), 4 layers: int2 on layers 1 and 3, with sinks."""
+    from transformers import GptOssConfig
+
+    GptOssConfig(vocab_size=512, hidden_size=256, intermediate_size=256, num_hidden_layers=4, num_local_experts=4,
+                 num_experts_per_tok=2, head_dim=64, num_attention_heads=8, num_key_value_heads=2, sliding_window=128,
+                 layer_types=["sliding_attention", "full_attention"] * 2, max_position_embeddings=4096,
+                 architectures=["GptOssForCausalLM"], torch_dtype="bfloat16").save_pretrained(tmp_path)
+    return str(tmp_path)
+
+
+MODELS = {"dense": _dense, "hybrid": _hybrid, "gemma": _gemma, "gptoss": _gptoss}
+LOCAL_LINES = {   # models with sliding-window layers: what the start-up line says of both sets
+    "gemma": ("int2 KV cache active on 2 layers (layers 5, 11)",
+              "10 sliding-window layers (window 128) (layers 0-4, 6-10) keep the engine's own auto cache"),
+    "gptoss": ("int2 KV cache active on 2 layers (layers 1, 3)",
+               "2 sliding-window layers (window 128) (layers 0, 2) keep the engine's own auto cache")}
 
 
 @pytest.mark.parametrize("model,eager,prefix,fmt", [
     ("dense", True, False, "tokens"), ("dense", False, False, "tokens"), ("dense", False, True, "tokens"),
     ("hybrid", False, False, "tokens"), ("dense", True, False, "default"), ("dense", False, True, "tiles"),
-    ("hybrid", False, False, "tiles"), ("gemma", True, False, "default"), ("gemma", False, True, "default")])
+    ("hybrid", False, False, "tiles"), ("gemma", True, False, "default"), ("gemma", False, True, "default"),
+    ("gptoss", True, False, "default"), ("gptoss", False, True, "default")])
 def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eager, prefix, fmt):
     path = MODELS[model](tmp_path)
-    # Gemma: the sliding-window layers keep the engine's cache on a backend the user selects
+    # sliding-window models: those layers keep the engine's cache on a backend the user selects
     # (Triton: the test machine carries no FlashAttention binaries); int2 layers keep ours
     spec = dict(model=path, eager=eager, prefix=prefix, hybrid=model == "hybrid", format=fmt,
-                local_backend="TRITON_ATTN" if model == "gemma" else None)
+                local_backend="TRITON_ATTN" if model in LOCAL_LINES else None)
     res = run_python(CHILD.replace("sys.argv[1]", repr(json.dumps(spec))), timeout=420)
     line = next((l for l in res.stdout.splitlines() if l.startswith("RESULT ")), None)
     assert line, res.stdout[-3000:] + res.stderr[-6000:]
@@ -130,10 +154,11 @@ def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eage
     if not eager:
         assert calls.get("cudagraph_capture", 0) > 0, calls      # the capture path ran
     assert "int2 KV cache active" in res.stdout + res.stderr
-    if model == "gemma":   # the start-up line names the int2 layers and the local ones
+    if model in LOCAL_LINES:   # the start-up line names the int2 layers and the local ones
         log = res.stdout + res.stderr
-        assert "int2 KV cache active on 2 layers (layers 5, 11)" in log, log[-4000:]
-        assert "10 sliding-window layers (window 128) (layers 0-4, 6-10) keep the engine's own auto cache" in log
+        for part in LOCAL_LINES[model]:
+            assert part in log, (part, log[-4000:])
+    assert calls.get("sinks_prepared", 0) == (2 if model == "gptoss" else 0), calls
     assert ("format=tiles" in res.stdout + res.stderr) == (fmt != "tokens")   # tiles: the default
     # the same prompt again (alone, and a prefix-cache hit where caching is on) decodes the same
     # tokens for the first steps; dummy weights give near-flat logits, so only a prefix is compared

@@ -205,10 +205,18 @@ def test_tile_format_option():
     t = Int2Options.from_env({"APHRODITE_INT2KV_FORMAT": " Tiles "})
     assert t.tiles and (t.k_center_first, t.k_center_skip) == (0, 0)
     assert [slot_bytes_for(d, t) for d in (64, 128, 256)] == [49, 93, 181]
-    assert "format=tiles" in t.describe(128)
+    assert "format=tiles (K 3-bit / V 2-bit" in t.describe(128)
     assert Int2Options.from_env({}) == t and Int2Options.from_env({}).tiles
     tok = Int2Options.from_env(TOKENS)
     assert not tok.tiles and slot_bytes_for(128, tok) == 80
+    # 4-bit keys: a second 2-bit plane (T D / 8 bytes more per record than the 3-bit high plane)
+    k4 = Int2Options.from_env({"APHRODITE_INT2KV_K_BITS": "4"})
+    assert k4.k_bits == 4 and [slot_bytes_for(d, k4) for d in (64, 128, 256)] == [57, 109, 213]
+    assert "format=tiles (K 4-bit / V 2-bit" in k4.describe(128)
+    with pytest.raises(Int2ConfigError, match="K_BITS=2 is not one of 3, 4"):
+        Int2Options.from_env({"APHRODITE_INT2KV_K_BITS": "2"})
+    with pytest.raises(Int2ConfigError, match="K_BITS is a setting of the tile format"):
+        Int2Options.from_env({**TOKENS, "APHRODITE_INT2KV_K_BITS": "4"})
 
 
 def test_options_defaults_and_values():
@@ -1040,12 +1048,14 @@ def test_mla_layers_refuse_int2_with_the_fix(registered):
         MLAAttention(cache_config=CacheConfig(cache_dtype="int2"), **args)
 
 
-def test_tile_format_pages_in_the_engine_config(registered, tmp_path, monkeypatch):
+@pytest.mark.parametrize("k_bits,token_bytes,floor", [(3, 93, 4.95), (4, 109, 4.24)])
+def test_tile_format_pages_in_the_engine_config(registered, tmp_path, monkeypatch, k_bits, token_bytes, floor):
     """APHRODITE_INT2KV_FORMAT=tiles through the engine's own KV config (Qwen3-8B-like heads, 32K):
-    int2 pages of two 64-token tiles (93 B per token and head), the window in pages of 16 tokens
-    padded to the int2 page (93 B per token divides no 512-B window token), so the engine groups
-    them (one page size), hits prefixes every 128 tokens, and its capacity arithmetic gives ~5x
-    bf16 with the window counted (5.50x for the records alone)."""
+    int2 pages of two 64-token tiles (93 B per token and head; 109 B with K_BITS=4), the window in
+    pages of 16 tokens padded to the int2 page (93 B per token divides no 512-B window token), so
+    the engine groups them (one page size), hits prefixes every 128 tokens, and its capacity
+    arithmetic gives ~5x bf16 with the window counted (5.50x for the records alone; K_BITS=4:
+    4.25x, 4.70x)."""
     from aphrodite.config import set_current_aphrodite_config
     from aphrodite.engine.arg_utils import EngineArgs
     from aphrodite.v1.core.kv_cache_utils import get_kv_cache_configs, get_max_concurrency_for_kv_cache_config
@@ -1055,6 +1065,7 @@ def test_tile_format_pages_in_the_engine_config(registered, tmp_path, monkeypatc
     from aphrodite_int2kv.int2.tile_format import TileLayout
 
     monkeypatch.setenv("APHRODITE_INT2KV_FORMAT", "tiles")
+    monkeypatch.setenv("APHRODITE_INT2KV_K_BITS", str(k_bits))
     monkeypatch.delenv("APHRODITE_INT2KV_RECENT_WINDOW", raising=False)
     model = _dense_long_dir(tmp_path)
     cfg = EngineArgs(model=model, kv_cache_dtype="int2", max_model_len=32768, skip_tokenizer_init=True,
@@ -1067,7 +1078,7 @@ def test_tile_format_pages_in_the_engine_config(registered, tmp_path, monkeypatc
     specs = _engine_specs(cfg)
     int2 = specs["model.layers.0.self_attn.attn"]
     w = specs["model.layers.0.self_attn.attn.int2_window"]
-    assert int2.page_size_bytes == 128 * 93 * 8 == 128 * TileLayout(128, 64).token_bytes * 8
+    assert int2.page_size_bytes == 128 * token_bytes * 8 == 128 * TileLayout(128, 64, k_bits).token_bytes * 8
     assert isinstance(w, Int2WindowSpec) and w.block_size == 16 and w.page_size_bytes == int2.page_size_bytes
     assert w.hit_alignment == 128
     _resolve_layout(cfg)
@@ -1078,5 +1089,5 @@ def test_tile_format_pages_in_the_engine_config(registered, tmp_path, monkeypatc
     ratio = tokens / _bf16_tokens(model, specs, mem, 32768)
     # 256 int2 pages at 32K; the window: 2 x 9 pages of 16 tokens + 8 for a hit point + the sinks' page
     assert w.sinks == 4 and w.max_admission_blocks_per_request(2048, 32768) == 27
-    assert ratio == pytest.approx(TileLayout(128, 64).ratio_vs() * 256 / (256 + 27), rel=0.01), ratio
-    assert ratio >= 4.95, ratio
+    assert ratio == pytest.approx(TileLayout(128, 64, k_bits).ratio_vs() * 256 / (256 + 27), rel=0.01), ratio
+    assert ratio >= floor, ratio

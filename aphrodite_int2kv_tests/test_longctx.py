@@ -285,7 +285,7 @@ def test_the_quick_suite_and_the_candidate_rows():
     rows = S.longctx_schemes()
     assert [r.kind for r in rows[:3]] == ["fp", "fp8", "int2"] and rows[2].name.startswith("engine default")
     assert {(r.k_bits, r.v_bits, r.tile, r.meta_bits, r.v_tiles) for r in rows if r.kind == "tiles"} == {
-        (3, 2, 32, 8, True), (3, 2, 64, 8, True)}
+        (3, 2, 32, 8, True), (3, 2, 64, 8, True), (4, 2, 64, 8, True)}   # the last: APHRODITE_INT2KV_K_BITS=4
     sweep = S.longctx_schemes(sweep=True)
     assert len({r.name for r in sweep}) == len(sweep) and len({dataclasses_key(r) for r in sweep}) == len(sweep)
     # the row of what the engine stores with FORMAT=tiles: 4 sinks, no staging tile -- exactly the
@@ -296,6 +296,7 @@ def test_the_quick_suite_and_the_candidate_rows():
 
     eng = S.engine_tiles_scheme()
     assert eng in rows and eng.sink == 4 and not eng.tile_staging and (eng.tile, eng.k_bits, eng.v_bits) == (64, 3, 2)
+    assert S.engine_tiles_scheme(4) in rows and "K_BITS=4" in S.engine_tiles_scheme(4).name
     t, j = torch.tensor([[1000]]), torch.arange(1001)[None]
     assert int(S.full_precision_mask(eng, t, j).sum()) == 128 + 4
     assert int(S.full_precision_mask(dataclasses.replace(eng, tile_staging=True), t, j).sum()) == 1001 - 832 + 4

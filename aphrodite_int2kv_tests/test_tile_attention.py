@@ -26,7 +26,7 @@ def _pages(nblocks, bs, H, layout):
     return raw.to(DEVICE).transpose(1, 2)
 
 
-def _tile_batch(D, RATIO, R, reqs, H=2, T=64, BS=128, WBS=16, seed=0, sinks=0, ring=False):
+def _tile_batch(D, RATIO, R, reqs, H=2, T=64, BS=128, WBS=16, seed=0, sinks=0, ring=False, k_bits=3):
     """A batch in the engine's caches: the prefix's whole tiles stored as records (tile_store) in
     pages several tiles long, the window pages holding each prefix's last R tokens and its first
     `sinks` (left out of tile 0's record); with `ring`, one window page per request of R + sinks + 5
@@ -36,7 +36,7 @@ def _tile_batch(D, RATIO, R, reqs, H=2, T=64, BS=128, WBS=16, seed=0, sinks=0, r
     torch.manual_seed(seed)
     if ring:
         WBS = R + sinks + 5
-    layout = TileLayout(D, T)
+    layout = TileLayout(D, T, k_bits)
     total = [p + n for p, n in reqs]
     nblocks = sum(-(-t // BS) for t in total) + 3
     cache = _pages(nblocks, BS, H, layout)
@@ -118,25 +118,27 @@ def _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D, sink_logits=None):
             assert torch.allclose(got, want, atol=ATOL, rtol=0), (b, i, (got - want).abs().max())
 
 
-@pytest.mark.parametrize("D,RATIO,R,sinks,ring", [(64, 3, 64, 0, False), (128, 2, 100, 4, False),
-                                                  (128, 2, 100, 4, True)])
-def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R, sinks, ring):
+@pytest.mark.parametrize("D,RATIO,R,sinks,ring,k_bits", [(64, 3, 64, 0, False, 3), (128, 2, 100, 4, False, 3),
+                                                         (128, 2, 100, 4, True, 3), (64, 3, 64, 4, True, 4),
+                                                         (256, 4, 100, 4, False, 4)])
+def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R, sinks, ring, k_bits):
     """Prefill chunks, a chunk continuation and decodes, with and without the 4 sinks (read from
-    the window, left out of tile 0's record), the window paged or a ring."""
+    the window, left out of tile 0's record), the window paged or a ring; 3- and 4-bit keys."""
     T = 64
     # (prefix, new tokens) per request: decodes first (one whose window starts inside the sinks),
     # then a chunk continuation and a prefill
     reqs = [(T * 5 - 1, 1), (T * 3 + 17, 1), (40, 1), (R + 1, 1), (T * 4 + 9, 70), (0, 150)]
     (q, k_new, v_new, pages, block_table, qsl, seq_lens, window), (ref_k, ref_v) = _tile_batch(
-        D, RATIO, R, reqs, seed=D, sinks=sinks, ring=ring)
+        D, RATIO, R, reqs, seed=D, sinks=sinks, ring=ring, k_bits=k_bits)
     out = tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
                          seq_lens, max(n for _, n in reqs), D ** -0.5, window, sinks=sinks, ring=ring)
     _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D)
 
 
-@pytest.mark.parametrize("D,RATIO,splits,sinks,ring", [(64, 1, 1, 0, False), (128, 3, 3, 4, True),
-                                                       (128, 8, 11, 4, False), (256, 20, 4, 4, True)])
-def test_tile_split_decode_reads_tiles_window_and_token(D, RATIO, splits, sinks, ring):
+@pytest.mark.parametrize("D,RATIO,splits,sinks,ring,k_bits", [
+    (64, 1, 1, 0, False, 3), (128, 3, 3, 4, True, 3), (128, 8, 11, 4, False, 3), (256, 20, 4, 4, True, 3),
+    (128, 8, 5, 4, True, 4), (256, 4, 3, 4, False, 4)])
+def test_tile_split_decode_reads_tiles_window_and_token(D, RATIO, splits, sinks, ring, k_bits):
     """The split decode (kernels/tile_split_decode.py): each KV head's records read once for its
     group of query heads (20 heads: two head tiles, the second part-masked), shares of a sequence's
     tiles over `splits` programs (more splits than tiles for the short ones: empty shares), the
@@ -147,7 +149,7 @@ def test_tile_split_decode_reads_tiles_window_and_token(D, RATIO, splits, sinks,
     # and a window that starts inside the sinks
     reqs = [(T * 7 - 1, 1), (T * 3 + 17, 1), (40, 1), (T * 2 + R - 1, 1), (T * 4, 1), (R + 2, 1)]
     (q, k_new, v_new, pages, block_table, qsl, seq_lens, window), (ref_k, ref_v) = _tile_batch(
-        D, RATIO, R, reqs, H=2 if RATIO < 20 else 1, seed=D + RATIO, sinks=sinks, ring=ring)
+        D, RATIO, R, reqs, H=2 if RATIO < 20 else 1, seed=D + RATIO, sinks=sinks, ring=ring, k_bits=k_bits)
     out = tile_split_decode(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, seq_lens, D ** -0.5,
                       window, num_splits=splits, sinks=sinks, ring=ring)
     _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D)
@@ -208,19 +210,20 @@ def _run_ptx(asm: str, inputs: list[int]) -> list[float]:
 def test_gpu_unpack_of_the_tile_codes_is_exact(c):
     """The inline PTX that unpacks a record's codes on the GPU (kernels/tile_attention.py k_codes /
     v_codes, which the interpreter replaces with shifts and masks), run instruction by instruction:
-    quarter c's 3-bit K code of 4 columns from their low-plane and aligned high bytes, and the 2-bit
-    V code, for random bytes -- exact small integers, as the interpreted path computes them."""
+    quarter c's 3- and 4-bit K codes of 4 columns from their low-plane and aligned high bytes, and
+    the 2-bit V code, for random bytes -- exact small integers, as the interpreted path computes them."""
     import random
 
     from aphrodite_int2kv.kernels.common import magic_bits
-    from aphrodite_int2kv.kernels.tile_attention import _V2_ASM, _k3_asm
+    from aphrodite_int2kv.kernels.tile_attention import _V2_ASM, _k_asm
 
     rng = random.Random(c)
     for _ in range(500):
         low, high = [rng.randrange(256) for _ in range(4)], [rng.randrange(256) for _ in range(4)]
         word = lambda b: sum(v << 8 * i for i, v in enumerate(b))
-        want_k = [((lo >> 2 * c) & 3) | (((hi >> 2 * c) & 1) << 2) for lo, hi in zip(low, high)]
-        assert _run_ptx(_k3_asm(c), [word(low), word(high)]) == want_k
+        for high_bits in (1, 2):
+            want_k = [((lo >> 2 * c) & 3) | (((hi >> 2 * c) & ((1 << high_bits) - 1)) << 2) for lo, hi in zip(low, high)]
+            assert _run_ptx(_k_asm(c, high_bits), [word(low), word(high)]) == want_k
         assert _run_ptx(_V2_ASM.format(**magic_bits(c)), [word(low)]) == [(lo >> 2 * c) & 3 for lo in low]
 
 

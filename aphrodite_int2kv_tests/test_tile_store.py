@@ -14,10 +14,11 @@ from aphrodite_int2kv.kernels.tile_store import _e4m3, tile_store
 from aphrodite_int2kv_tests.conftest import DEVICE
 
 
-@pytest.mark.parametrize("D,T", [(64, 32), (64, 64), (128, 32), (128, 64), (256, 64)])
-def test_tile_store_writes_the_reference_records_byte_for_byte(D, T):
+@pytest.mark.parametrize("D,T,k_bits", [(64, 32, 3), (64, 64, 3), (128, 32, 3), (128, 64, 3), (256, 64, 3),
+                                        (64, 64, 4), (128, 64, 4), (256, 64, 4)])
+def test_tile_store_writes_the_reference_records_byte_for_byte(D, T, k_bits):
     g = torch.Generator().manual_seed(D + T)
-    L = TileLayout(D, T)
+    L = TileLayout(D, T, k_bits)
     N, H = 4, 2
     k = torch.randn(N, H, T, D, generator=g) * 2 + 3 * torch.randn(1, H, 1, D, generator=g)
     v = torch.randn(N, H, T, D, generator=g)

@@ -264,7 +264,7 @@ def _log_active(spec, layer_names, aphrodite_config=None) -> None:
 
         opts = options()
         heads, head = spec.num_kv_heads, spec.head_size
-        layout = TileLayout(head, TILE) if opts.tiles else SlotLayout(head, opts.group_for(head))
+        layout = opts.tile_layout(head) if opts.tiles else SlotLayout(head, opts.group_for(head))
         window = ""
         if opts.recent_window:
             window = (f"; + recent window of {opts.recent_window} tokens per sequence in full precision "
@@ -421,7 +421,7 @@ class Int2AttentionImpl(AttentionImpl[Int2Metadata]):
                                   "kv_cache_dtype_skip_layers.")
         self.opts = options()
         # one of the two formats: per-token slots (layout) or channel-tile records (tiles)
-        self.tiles = TileLayout(head_size, TILE) if self.opts.tiles else None
+        self.tiles = self.opts.tile_layout(head_size) if self.opts.tiles else None
         self.layout = None if self.tiles is not None else SlotLayout(head_size, self.opts.group_for(head_size))
         self.num_heads, self.num_kv_heads, self.head_size = num_heads, num_kv_heads, head_size
         self.scale = float(scale)

@@ -13,6 +13,7 @@ cores and workers inherit it). Validated at start-up with errors that name the v
 | APHRODITE_INT2KV_K_CENTER_FIRST | auto | data-free K centering: the offset of each sequence is the mean of its first N keys as the cache holds them (those N stay uncentered); auto = 16 (+2.5 % PPL on SmolLM2 instead of +4.2 %, -0.9 % decode throughput at 32K), or 0 (off) when the K rotation file carries offsets; 0 = off |
 | APHRODITE_INT2KV_RECENT_WINDOW | 128 | the last R tokens of each sequence are also kept in bf16/fp16 and read from there (0 = off) |
 | APHRODITE_INT2KV_FORMAT | tiles | `tiles`: the long-context format, K 3-bit and V 2-bit quantized per channel across tiles of 64 tokens when they leave the recent window (docs/format.md, "Channel-tile format"; the group, level, clip, centering and decode-tile settings do not apply to it); `tokens`: 2-bit K and V in per-token groups (the settings above), faster to decode but it loses what the model saw more than a few hundred tokens back (docs/quality.md) |
+| APHRODITE_INT2KV_K_BITS | 3 | `FORMAT=tiles`: bits per key code, 3 or 4 (values keep 2). 4 costs 16 more bytes per token and KV head at head_dim 64, 32 at 128 (4.7x bf16's capacity instead of 5.5x by bytes at head_dim 128) and copies and predicts far context closer to full precision (docs/quality.md) |
 | APHRODITE_INT2KV_LOCAL_KV_DTYPE | auto | models with sliding-window (local) layers (Gemma 2/3, Mistral-style): int2 goes to the global layers, and the local layers keep the engine's own cache in `auto` (the model dtype) or `fp8` (docs/format.md, "Sliding-window models") |
 | APHRODITE_INT2KV_DECODE_TILE | auto | decode's int2 tile: `folded` (codes straight into the tensor cores, scale and zero applied to the dot products; uniform levels only), `per-code` (each code dequantized first); auto = folded for `std`/`minmax` levels, per-code for `lloyd-max` |
 """
@@ -24,13 +25,14 @@ import functools
 import os
 
 from aphrodite_int2kv.int2.format import GROUP_SIZES, Int2ConfigError, default_group_size
+from aphrodite_int2kv.int2.tile_format import K_BITS, TileLayout
 from aphrodite_int2kv.int2.quantizer import check_options
 
 PREFIX = "APHRODITE_INT2KV_"
 # every APHRODITE_INT2KV_* name the plugin reads: the options below, the quality tools' cache
 # folder (quality/assets.py) and the launch planner's stand-in GPU (kernels/limits.py)
 OPTION_NAMES = ("GROUP_SIZE", "K_ROTATION", "V_ROTATION", "K_CLIP", "V_CLIP", "LEVELS", "K_CENTER_SKIP",
-                "K_CENTER_FIRST", "RECENT_WINDOW", "DECODE_TILE", "FORMAT", "LOCAL_KV_DTYPE")
+                "K_CENTER_FIRST", "RECENT_WINDOW", "DECODE_TILE", "FORMAT", "LOCAL_KV_DTYPE", "K_BITS")
 KNOWN = OPTION_NAMES + ("CACHE", "DEVICE_LIMITS")
 LEVELS = ("std", "minmax", "lloyd-max")
 DECODE_TILES = ("auto", "folded", "per-code")
@@ -124,6 +126,7 @@ class Int2Options:
     decode_tile: str = "auto"
     format: str = "tiles"             # the defaults above are the tile format's: no K centering
     local_kv_dtype: str = "auto"      # the engine dtype of sliding-window layers beside int2 layers
+    k_bits: int = 3                   # FORMAT=tiles: bits per key code (3 or 4)
 
     @classmethod
     def from_env(cls, env=None) -> "Int2Options":
@@ -158,7 +161,11 @@ class Int2Options:
             decode_tile=get("DECODE_TILE", "auto", lambda r: r.strip().lower(), "a decode tile"),
             format=fmt,
             local_kv_dtype=get("LOCAL_KV_DTYPE", "auto", lambda r: r.strip().lower(), "a KV-cache dtype"),
+            k_bits=get("K_BITS", 3, int, "an integer number of bits (3 or 4)"),
         )
+        if fmt == "tokens" and env.get(PREFIX + "K_BITS"):
+            raise Int2ConfigError(f"{PREFIX}K_BITS is a setting of the tile format (the default), and "
+                                  f"{PREFIX}FORMAT=tokens stores 2-bit keys; unset one of them")
         if fmt == "tiles":   # (its defaults above need no per-token setting)
             given = [PREFIX + n for n in TOKEN_FORMAT_ONLY if env.get(PREFIX + n)]
             if given:
@@ -175,6 +182,10 @@ class Int2Options:
     def tiles(self) -> bool:
         """The long-context channel-tile format (FORMAT=tiles)."""
         return self.format == "tiles"
+
+    def tile_layout(self, head_dim: int):
+        """FORMAT=tiles: the tile records of layers with this head_dim (int2/tile_format.py)."""
+        return TileLayout(head_dim, TILE, self.k_bits)
 
     def group_for(self, head_dim: int) -> int:
         """The group size of layers with this head_dim."""
@@ -204,6 +215,9 @@ class Int2Options:
                                   f"tokens in the recent window until the tile is whole, so the window must hold at "
                                   f"least {TILE} tokens (128 is the measured default); a smaller window needs "
                                   f"{PREFIX}FORMAT=tokens")
+        if self.k_bits not in K_BITS:
+            raise Int2ConfigError(f"{PREFIX}K_BITS={self.k_bits} is not one of {', '.join(map(str, K_BITS))} "
+                                  f"(bits per key code of the tile format; 3 is the default)")
         if self.local_kv_dtype not in LOCAL_KV_DTYPES:
             raise Int2ConfigError(f"{PREFIX}LOCAL_KV_DTYPE={self.local_kv_dtype!r} is not one of "
                                   f"{', '.join(LOCAL_KV_DTYPES)} (the engine cache dtype of sliding-window layers; "
@@ -256,7 +270,7 @@ class Int2Options:
 
     def describe(self, head_dim: int | None = None) -> str:
         if self.tiles:
-            return (f"format=tiles (K 3-bit / V 2-bit per channel across tiles of {TILE} tokens, norm-balanced, "
+            return (f"format=tiles (K {self.k_bits}-bit / V 2-bit per channel across tiles of {TILE} tokens, norm-balanced, "
                     f"e4m3 scales) K-rot={self.k_rotation} V-rot={self.v_rotation} "
                     f"recent window={self.recent_window}")
         quant = {"std": "levels=std", "minmax": "levels=minmax", "lloyd-max": "levels=Lloyd-Max"}[self.levels]
@@ -286,9 +300,8 @@ def slot_bytes_for(head_size: int, opts: Int2Options | None = None) -> int:
     """Bytes per token and KV head in the int2 cache: one slot at this process's group size, or
     with FORMAT=tiles a tile record's bytes per token (pages hold whole tiles)."""
     from aphrodite_int2kv.int2.format import SlotLayout
-    from aphrodite_int2kv.int2.tile_format import TileLayout
 
     opts = opts or options()
     if opts.tiles:
-        return TileLayout(head_size, TILE).token_bytes
+        return opts.tile_layout(head_size).token_bytes
     return SlotLayout(head_size, opts.group_for(head_size)).slot_bytes

@@ -1,9 +1,9 @@
-"""Byte layout of one token tile of the channel-tile format (K 3-bit, V 2-bit; int2/tiles.py),
+"""Byte layout of one token tile of the channel-tile format (K 3- or 4-bit, V 2-bit; int2/tiles.py),
 for one KV head, and its exact encode / decode in plain torch: what a store kernel writes when a
 tile of `tile` tokens leaves the recent window, and what a decode kernel reads.
 
 The layout is documented once, in docs/format.md ("Channel-tile format"): K codes (low 2-bit
-plane, then the high-bit plane), V codes, K and V norms (fp16 per token), K scale / zero and V
+plane, then the high plane: one bit, or with 4-bit keys two bits, per code), V codes, K and V norms (fp16 per token), K scale / zero and V
 scale / zero (e4m3 per channel), their four fp16 peaks, padding to 16 bytes.
 
 Element e of token t reads back as ``norm[t] * (code[t, e] * scale[e] + zero[e])`` in the rotated
@@ -26,15 +26,19 @@ from aphrodite_int2kv.int2.tiles import _meta, decode_channel_tile, encode_chann
 TILES = (32, 64)
 HEAD_DIMS = (64, 128, 256)
 ALIGN = 16       # bytes: 16-byte vector loads; a record is also a whole number of bytes per token
-K_BITS, V_BITS = 3, 2
+K_BITS = (3, 4)  # key bits: 3 (the default) or 4 (APHRODITE_INT2KV_K_BITS)
+V_BITS = 2
 
 
 @dataclasses.dataclass(frozen=True)
 class TileLayout:
     head_dim: int
     tile: int
+    k_bits: int = 3
 
     def __post_init__(self):
+        if self.k_bits not in K_BITS:
+            raise Int2ConfigError(f"int2 tile format: {self.k_bits}-bit keys are not one of {K_BITS}")
         if self.head_dim not in HEAD_DIMS:
             raise Int2ConfigError(f"int2 tile format: head_dim {self.head_dim} is not one of {HEAD_DIMS}")
         if self.tile not in TILES:
@@ -49,8 +53,13 @@ class TileLayout:
         return self.tile * self.head_dim // 4
 
     @property
+    def high_bits(self) -> int:
+        """Bits per K code in the high plane: 1 (3-bit keys, a bit plane) or 2 (4-bit, planar)."""
+        return self.k_bits - 2
+
+    @property
     def v_codes(self) -> int:
-        return self.k_high + self.tile * self.head_dim // 8
+        return self.k_high + self.tile * self.head_dim * self.high_bits // 8
 
     @property
     def k_norm(self) -> int:
@@ -167,10 +176,11 @@ def encode_tile(k_rot: torch.Tensor, v_rot: torch.Tensor, layout: TileLayout,
     T, D = layout.tile, layout.head_dim
     if k_rot.shape[-2:] != (T, D) or v_rot.shape != k_rot.shape:
         raise ValueError(f"encode_tile: K {tuple(k_rot.shape)} / V {tuple(v_rot.shape)}, expected [..., {T}, {D}]")
-    k = encode_channel_tile(k_rot, K_BITS, exclude)
+    k = encode_channel_tile(k_rot, layout.k_bits, exclude)
     v = encode_channel_tile(v_rot, V_BITS, exclude)
     lead = k_rot.shape[:-2]
-    parts = [pack_planar(k["codes"] & 3).reshape(*lead, -1), pack_bit_plane(k["codes"] >> 2).reshape(*lead, -1),
+    high = pack_bit_plane(k["codes"] >> 2) if layout.high_bits == 1 else pack_planar(k["codes"] >> 2)
+    parts = [pack_planar(k["codes"] & 3).reshape(*lead, -1), high.reshape(*lead, -1),
              pack_planar(v["codes"]).reshape(*lead, -1), _bytes(k["norm"].squeeze(-1)), _bytes(v["norm"].squeeze(-1)),
              _bytes(k["scale"].squeeze(-2)), _bytes(k["zero"].squeeze(-2)),
              _bytes(v["scale"].squeeze(-2)), _bytes(v["zero"].squeeze(-2)),
@@ -199,7 +209,9 @@ def _fields(records: torch.Tensor, layout: TileLayout, which: str) -> dict:
     e4m3 = torch.float8_e4m3fn
     if which == "k":
         low = unpack_planar(records[..., :layout.k_high].reshape(*lead, T, D // PLANES))
-        high = unpack_bit_plane(records[..., layout.k_high:layout.v_codes].reshape(*lead, T, D // 8))
+        raw = records[..., layout.k_high:layout.v_codes]
+        high = (unpack_bit_plane(raw.reshape(*lead, T, D // 8)) if layout.high_bits == 1 else
+                unpack_planar(raw.reshape(*lead, T, D // PLANES)))
         return dict(codes=low | (high << 2), norm=_field(records, layout.k_norm, T, torch.float16, (T, 1)),
                     scale=_field(records, layout.k_scale, D, e4m3, (1, D)),
                     zero=_field(records, layout.k_zero, D, e4m3, (1, D)),

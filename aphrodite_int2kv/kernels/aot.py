@@ -215,42 +215,48 @@ def tile_format_launches(limits: DeviceLimits, head_dims=(64, 128, 256)) -> list
     """The channel-tile format's kernels: the store at tiles of 32 and 64 tokens, and the attention
     the engine runs (FORMAT=tiles: tiles of 64): the split decode and its merge, and the
     prefill/decode launch (`--tile-format`)."""
-    from aphrodite_int2kv.int2.tile_format import TILES, TilePages, TileLayout
+    from aphrodite_int2kv.int2.tile_format import K_BITS, TILES, TilePages, TileLayout
     from aphrodite_int2kv.kernels.tile_attention import tile_attention
     from aphrodite_int2kv.kernels.tile_split_decode import tile_split_decode
     from aphrodite_int2kv.kernels.tile_store import tile_store
 
     found: list[Launch] = []
     for D in head_dims:
-        for T in TILES:
-            layout = TileLayout(D, T)
+        for T, k_bits in [(T, 3) for T in TILES] + [(64, 4)]:
+            layout = TileLayout(D, T, k_bits)
             kv = torch.zeros(4, 2, T, D)
             records = torch.zeros(4, 2, layout.tile_bytes, dtype=torch.uint8)
             with recorded_launches() as caught:
                 tile_store(kv, kv, torch.zeros(4, dtype=torch.int32), torch.zeros(4, dtype=torch.int64), records, layout)
             for launch in caught:
-                launch.label = f"D{D} tile {T}"
+                launch.label = f"D{D} tile {T}" + (" K4" if k_bits == 4 else "")
             found.extend(caught)
+        for k_bits in K_BITS:       # the engine's tiles of 64, 3- and 4-bit keys (APHRODITE_INT2KV_K_BITS)
+            layout = TileLayout(D, 64, k_bits)
+            tag = " K4" if k_bits == 4 else ""
+            pages = TilePages.of_cache(torch.zeros(4, 2, 128, layout.token_bytes, dtype=torch.uint8).transpose(1, 2),
+                                       layout)
+            q, kv = torch.zeros(64, 8, D, dtype=torch.bfloat16), torch.zeros(64, 2, D, dtype=torch.bfloat16)
+            win = torch.zeros(8, 16, 2, D, dtype=torch.bfloat16)
+            table = torch.zeros(2, 4, dtype=torch.int32)
+            for name, q_len in (("decode", 1), ("prefill", 64)):
+                with recorded_launches() as caught:
+                    tile_attention(q[:q_len], kv[:q_len], kv[:q_len], pages, table[:1],
+                                   torch.tensor([0, q_len], dtype=torch.int32), torch.tensor([q_len + 500], dtype=torch.int32),
+                                   q_len, 0.1, (win, win, table[:1], 128))
+                for launch in caught:
+                    launch.label = f"D{D} tile 64{tag} attention {name}"
+                found.extend(caught)
+            for ratio in (4, 20):       # the split decode and its merge: one head tile, and two
+                qd = torch.zeros(2, 2 * ratio, D, dtype=torch.bfloat16)
+                with recorded_launches() as caught:
+                    tile_split_decode(qd, kv[:2], kv[:2], pages, table, torch.tensor([600, 70], dtype=torch.int32), 0.1,
+                                      (win, win, table, 128), num_splits=3)
+                for launch in caught:
+                    launch.label = f"D{D} tile 64{tag} split decode, {ratio} q heads per KV head"
+                found.extend(caught)
         layout = TileLayout(D, 64)
         pages = TilePages.of_cache(torch.zeros(4, 2, 128, layout.token_bytes, dtype=torch.uint8).transpose(1, 2), layout)
-        q, kv = torch.zeros(64, 8, D, dtype=torch.bfloat16), torch.zeros(64, 2, D, dtype=torch.bfloat16)
-        win = torch.zeros(8, 16, 2, D, dtype=torch.bfloat16)
-        table = torch.zeros(2, 4, dtype=torch.int32)
-        for name, q_len in (("decode", 1), ("prefill", 64)):
-            with recorded_launches() as caught:
-                tile_attention(q[:q_len], kv[:q_len], kv[:q_len], pages, table[:1], torch.tensor([0, q_len], dtype=torch.int32),
-                               torch.tensor([q_len + 500], dtype=torch.int32), q_len, 0.1, (win, win, table[:1], 128))
-            for launch in caught:
-                launch.label = f"D{D} tile 64 attention {name}"
-            found.extend(caught)
-        for ratio in (4, 20):       # the split decode and its merge: one head tile, and two
-            qd = torch.zeros(2, 2 * ratio, D, dtype=torch.bfloat16)
-            with recorded_launches() as caught:
-                tile_split_decode(qd, kv[:2], kv[:2], pages, table, torch.tensor([600, 70], dtype=torch.int32), 0.1,
-                                  (win, win, table, 128), num_splits=3)
-            for launch in caught:
-                launch.label = f"D{D} tile 64 split decode, {ratio} q heads per KV head"
-            found.extend(caught)
         if D == 64:                 # learned sink logits (gpt-oss: head_dim 64, 8 q heads per KV head)
             qd = torch.zeros(2, 16, D, dtype=torch.bfloat16)
             with recorded_launches() as caught:

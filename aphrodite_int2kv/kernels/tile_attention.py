@@ -7,7 +7,7 @@ Grid (cdiv(max_query_len, BLOCK_M), num_q_heads, batch); one program = BLOCK_M q
 one query head; its KV head is q_head // RATIO. Inputs and output are in the rotated basis.
 
 Per tile of T tokens: K's per-channel scales fold into the query (q' = q * scale, one quarter of
-the head at a time), the 3-bit codes meet q' in one dot, one q . zero per row is added, and each
+the head at a time), the 3- or 4-bit codes meet q' in one dot, one q . zero per row is added, and each
 column is multiplied by its token's norm; for V, p times each token's norm meets the 2-bit codes
 in one dot, and V's scale and zero apply once per channel and tile.
 
@@ -35,6 +35,9 @@ from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype
 # bit, once the tile's high bytes are shifted per column (k_high_bytes), at bit 2c; spread into
 # fp16 halves (PRMT), the high bit moved to bit 2c + 2 (SHL), both OR-ed into the mantissa of
 # M_c = 2**(10 - 2c) (LOP3), whose unit in the last place is 4**-c, so the half reads M_c + code.
+# 4-bit keys: the high plane is planar like the low one (bits 2c, 2c + 1 of the same column), so
+# the same instructions with a two-bit mask put it at bits 2c + 2, 2c + 3 (at most bit 9 of the
+# 10-bit mantissa, for c = 3).
 _K3_ASM = """{{
 .reg .b32 lo, hi, a, b, m;
 prmt.b32 lo, $2, 0, 0x5140;
@@ -65,14 +68,19 @@ sub.f16x2 $1, hi, m;
 """
 
 
-def _k3_asm(c: int) -> str:
-    return _K3_ASM.format(**magic_bits(c), high=hex((0x00010001 << (2 * c + 2)) & 0xFFFFFFFF))
+def _k_asm(c: int, high_bits: int) -> str:
+    mask = (1 << high_bits) - 1
+    return _K3_ASM.format(**magic_bits(c), high=hex(((mask << 16 | mask) << (2 * c + 2)) & 0xFFFFFFFF))
 
 
-K3_ASM_0 = tl.constexpr(_k3_asm(0))
-K3_ASM_1 = tl.constexpr(_k3_asm(1))
-K3_ASM_2 = tl.constexpr(_k3_asm(2))
-K3_ASM_3 = tl.constexpr(_k3_asm(3))
+K3_ASM_0 = tl.constexpr(_k_asm(0, 1))
+K3_ASM_1 = tl.constexpr(_k_asm(1, 1))
+K3_ASM_2 = tl.constexpr(_k_asm(2, 1))
+K3_ASM_3 = tl.constexpr(_k_asm(3, 1))
+K4_ASM_0 = tl.constexpr(_k_asm(0, 2))
+K4_ASM_1 = tl.constexpr(_k_asm(1, 2))
+K4_ASM_2 = tl.constexpr(_k_asm(2, 2))
+K4_ASM_3 = tl.constexpr(_k_asm(3, 2))
 V2_ASM_0 = tl.constexpr(_V2_ASM.format(**magic_bits(0)))
 V2_ASM_1 = tl.constexpr(_V2_ASM.format(**magic_bits(1)))
 V2_ASM_2 = tl.constexpr(_V2_ASM.format(**magic_bits(2)))
@@ -112,9 +120,13 @@ def _plane_bytes(rec_u8, base, T: tl.constexpr, W: tl.constexpr):
 
 
 @triton.jit
-def k_high_bytes(rec_u8, rec, T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, OFF_KH: tl.constexpr):
-    """K's high bits as [T, W] bytes aligned with the low plane: the high bit of channel j + c W is
-    bit 2c of column j. (The record's byte j % (D/8) holds channel j + c W's at bit 2c + j // (D/8).)"""
+def k_high_bytes(rec_u8, rec, T: tl.constexpr, D: tl.constexpr, W: tl.constexpr, OFF_KH: tl.constexpr,
+                 K_BITS: tl.constexpr):
+    """K's high bits as [T, W] bytes aligned with the low plane: the high bit(s) of channel j + c W
+    from bit 2c of column j. 3-bit keys: the record's byte j % (D/8) holds channel j + c W's at bit
+    2c + j // (D/8); 4-bit keys: the high plane is planar, as the low one."""
+    if K_BITS == 4:
+        return _plane_bytes(rec_u8, rec + OFF_KH, T, W)
     D8: tl.constexpr = D // 8
     cols = tl.arange(0, W)
     high = tl.load(rec_u8 + rec + OFF_KH + tl.arange(0, T)[:, None] * D8 + (cols % D8)[None, :])
@@ -122,20 +134,31 @@ def k_high_bytes(rec_u8, rec, T: tl.constexpr, D: tl.constexpr, W: tl.constexpr,
 
 
 @triton.jit
-def k_codes(low, high, c: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
-    """Quarter c's 3-bit K codes [T, W] as DOT, from the low-plane and aligned high bytes."""
+def k_codes(low, high, c: tl.constexpr, K_BITS: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
+    """Quarter c's 3- or 4-bit K codes [T, W] as DOT, from the low-plane and aligned high bytes."""
     if FAST and DOT == tl.float16:
-        if c == 0:
-            asm: tl.constexpr = K3_ASM_0
-        elif c == 1:
-            asm: tl.constexpr = K3_ASM_1
-        elif c == 2:
-            asm: tl.constexpr = K3_ASM_2
+        if K_BITS == 3:
+            if c == 0:
+                asm: tl.constexpr = K3_ASM_0
+            elif c == 1:
+                asm: tl.constexpr = K3_ASM_1
+            elif c == 2:
+                asm: tl.constexpr = K3_ASM_2
+            else:
+                asm: tl.constexpr = K3_ASM_3
         else:
-            asm: tl.constexpr = K3_ASM_3
+            if c == 0:
+                asm: tl.constexpr = K4_ASM_0
+            elif c == 1:
+                asm: tl.constexpr = K4_ASM_1
+            elif c == 2:
+                asm: tl.constexpr = K4_ASM_2
+            else:
+                asm: tl.constexpr = K4_ASM_3
         return tl.inline_asm_elementwise(asm, "=r,=r,r,r", [low, high], dtype=tl.float16, is_pure=True, pack=4)
     else:
-        code = ((low.to(tl.int32) >> (2 * c)) & 3) | (((high.to(tl.int32) >> (2 * c)) & 1) << 2)
+        high_mask: tl.constexpr = (1 << (K_BITS - 2)) - 1
+        code = ((low.to(tl.int32) >> (2 * c)) & 3) | (((high.to(tl.int32) >> (2 * c)) & high_mask) << 2)
         return code.to(DOT)
 
 
@@ -158,12 +181,13 @@ def v_codes(vbytes, c: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
 
 @triton.jit
 def _k_quarter(q, low, high, rec_u8, rec, ks_unit, kz_unit, c: tl.constexpr, W: tl.constexpr,
-               OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
+               OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, K_BITS: tl.constexpr, DOT: tl.constexpr,
+               FAST: tl.constexpr):
     """One quarter of the head's channels: (q' . codes [ROWS, T], q . zero [ROWS])."""
     qf = q.to(tl.float32)
     scale = _quarter_meta(rec_u8, rec, OFF_KS, ks_unit, c, W)
     zero = _quarter_meta(rec_u8, rec, OFF_KZ, kz_unit, c, W)
-    dots = tl.dot((qf * scale).to(DOT), tl.trans(k_codes(low, high, c, DOT, FAST)))
+    dots = tl.dot((qf * scale).to(DOT), tl.trans(k_codes(low, high, c, K_BITS, DOT, FAST)))
     return dots, tl.sum(qf * zero, axis=1)
 
 
@@ -180,8 +204,8 @@ def tile_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, lo, hi, 
               rec_u8, rec_f16, qk_scale, BLOCK_SIZE: tl.constexpr, T: tl.constexpr, D: tl.constexpr,
               W: tl.constexpr, TILE_BYTES: tl.constexpr, OFF_KH: tl.constexpr, OFF_V: tl.constexpr,
               OFF_KN: tl.constexpr, OFF_VN: tl.constexpr, OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr,
-              OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, OFF_PEAKS: tl.constexpr, DOT: tl.constexpr,
-              FAST: tl.constexpr):
+              OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr, OFF_PEAKS: tl.constexpr, K_BITS: tl.constexpr,
+              DOT: tl.constexpr, FAST: tl.constexpr):
     """Tiles [t0, t1) of one sequence from its tile records, positions outside [lo, hi) masked (lo:
     the sinks, read from the window, left out of tile 0's record): tile i of the
     sequence is record (i T % BLOCK_SIZE) / T of page table_row[i T / BLOCK_SIZE]. Rows are query
@@ -198,11 +222,15 @@ def tile_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, lo, hi, 
         vs_unit = _unit(rec_f16, rec, OFF_PEAKS, 2)
         vz_unit = _unit(rec_f16, rec, OFF_PEAKS, 3)
         low = _plane_bytes(rec_u8, rec, T, W)
-        high = k_high_bytes(rec_u8, rec, T, D, W, OFF_KH)
-        d0, z0 = _k_quarter(q0, low, high, rec_u8, rec, ks_unit, kz_unit, 0, W, OFF_KS, OFF_KZ, DOT, FAST)
-        d1, z1 = _k_quarter(q1, low, high, rec_u8, rec, ks_unit, kz_unit, 1, W, OFF_KS, OFF_KZ, DOT, FAST)
-        d2, z2 = _k_quarter(q2, low, high, rec_u8, rec, ks_unit, kz_unit, 2, W, OFF_KS, OFF_KZ, DOT, FAST)
-        d3, z3 = _k_quarter(q3, low, high, rec_u8, rec, ks_unit, kz_unit, 3, W, OFF_KS, OFF_KZ, DOT, FAST)
+        high = k_high_bytes(rec_u8, rec, T, D, W, OFF_KH, K_BITS)
+        d0, z0 = _k_quarter(q0, low, high, rec_u8, rec, ks_unit, kz_unit, 0, W, OFF_KS, OFF_KZ, K_BITS, DOT,
+                               FAST)
+        d1, z1 = _k_quarter(q1, low, high, rec_u8, rec, ks_unit, kz_unit, 1, W, OFF_KS, OFF_KZ, K_BITS, DOT,
+                               FAST)
+        d2, z2 = _k_quarter(q2, low, high, rec_u8, rec, ks_unit, kz_unit, 2, W, OFF_KS, OFF_KZ, K_BITS, DOT,
+                               FAST)
+        d3, z3 = _k_quarter(q3, low, high, rec_u8, rec, ks_unit, kz_unit, 3, W, OFF_KS, OFF_KZ, K_BITS, DOT,
+                               FAST)
         k_norm = tl.load(rec_f16 + (rec + OFF_KN) // 2 + toks).to(tl.float32)
         s = (d0 + d1 + d2 + d3 + (z0 + z1 + z2 + z3)[:, None]) * k_norm[None, :]
         s = tl.where(((first + toks >= lo) & (first + toks < hi))[None, :], s * qk_scale, float("-inf"))
@@ -231,8 +259,8 @@ def _tile_attention_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, TILE_BYTES: tl.constexpr,
     OFF_KH: tl.constexpr, OFF_V: tl.constexpr, OFF_KN: tl.constexpr, OFF_VN: tl.constexpr,
     OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-    OFF_PEAKS: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr,
-    RING: tl.constexpr, SINKS: tl.constexpr, HAS_SINK: tl.constexpr,
+    OFF_PEAKS: tl.constexpr, K_BITS: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr, WINDOW: tl.constexpr,
+    WBS: tl.constexpr, RING: tl.constexpr, SINKS: tl.constexpr, HAS_SINK: tl.constexpr,
 ):
     W: tl.constexpr = D // 4
     q_block = tl.program_id(0)
@@ -264,7 +292,7 @@ def _tile_attention_kernel(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, 0, tl.cdiv(win_start, T), SINKS, win_start,
         block_table_ptr + batch * stride_bt,
         kv_head * stride_head, stride_page, rec_u8, rec_f16, qk_scale, BLOCK_SIZE, T, D, W, TILE_BYTES,
-        OFF_KH, OFF_V, OFF_KN, OFF_VN, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, OFF_PEAKS, DOT, FAST)
+        OFF_KH, OFF_V, OFF_KN, OFF_VN, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ, OFF_PEAKS, K_BITS, DOT, FAST)
     m_i, l_i, acc0, acc1, acc2, acc3 = window_span(
         m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, win_start, prefix_len,
         wbt_ptr + batch * stride_wbt, kv_head * stride_wh, stride_wb, stride_ws, wk_ptr, wv_ptr,
@@ -315,7 +343,7 @@ def record_constants(pages: TilePages, window, sinks: int, ring: bool) -> dict:
                          f"window of {window[3]} in pages of {wbs}")
     return dict(BLOCK_SIZE=pages.per_page * L.tile, T=L.tile, D=L.head_dim, TILE_BYTES=L.tile_bytes,
                 OFF_KH=L.k_high, OFF_V=L.v_codes, OFF_KN=L.k_norm, OFF_VN=L.v_norm, OFF_KS=L.k_scale,
-                OFF_KZ=L.k_zero, OFF_VS=L.v_scale, OFF_VZ=L.v_zero, OFF_PEAKS=L.peaks,
+                OFF_KZ=L.k_zero, OFF_VS=L.v_scale, OFF_VZ=L.v_zero, OFF_PEAKS=L.peaks, K_BITS=L.k_bits,
                 WINDOW=int(window[3]), WBS=wbs, RING=wbs - sinks if ring else 0, SINKS=sinks)
 
 

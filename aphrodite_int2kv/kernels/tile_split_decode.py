@@ -43,8 +43,8 @@ def _tile_split_kernel(
     BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, TILE_BYTES: tl.constexpr,
     OFF_KH: tl.constexpr, OFF_V: tl.constexpr, OFF_KN: tl.constexpr, OFF_VN: tl.constexpr,
     OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-    OFF_PEAKS: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr, WINDOW: tl.constexpr, WBS: tl.constexpr,
-    RING: tl.constexpr, SINKS: tl.constexpr,
+    OFF_PEAKS: tl.constexpr, K_BITS: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr, WINDOW: tl.constexpr,
+    WBS: tl.constexpr, RING: tl.constexpr, SINKS: tl.constexpr,
 ):
     W: tl.constexpr = D // 4
     split = tl.program_id(0)
@@ -67,7 +67,7 @@ def _tile_split_kernel(
             m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, SINKS, win_start,
             block_table_ptr + batch * stride_bt, kv_head * stride_head, stride_page, rec_u8, rec_f16, qk_scale,
             BLOCK_SIZE, T, D, W, TILE_BYTES, OFF_KH, OFF_V, OFF_KN, OFF_VN, OFF_KS, OFF_KZ, OFF_VS, OFF_VZ,
-            OFF_PEAKS, DOT, FAST)
+            OFF_PEAKS, K_BITS, DOT, FAST)
     else:
         no_center = tl.zeros([BLOCK_H], tl.float32)
         # the sinks (the first SINKS positions, left out of tile 0's record), then the window

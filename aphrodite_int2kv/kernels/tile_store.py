@@ -1,5 +1,5 @@
-"""Tile store: one tile of T rotated tokens of one KV head -> its channel-tile record (K 3-bit,
-V 2-bit, norm-balanced, e4m3 metadata; byte layout in docs/format.md, "Channel-tile format").
+"""Tile store: one tile of T rotated tokens of one KV head -> its channel-tile record (K 3- or
+4-bit, V 2-bit, norm-balanced, e4m3 metadata; byte layout in docs/format.md, "Channel-tile format").
 
 One program per (tile, KV head). The arithmetic is int2/tiles.py's `encode_channel_tile`, written
 out: each token divided by its fp16 norm; per channel the min / max over the tile's tokens (the
@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from aphrodite_int2kv.int2.tile_format import K_BITS, V_BITS, TileLayout, TilePages
+from aphrodite_int2kv.int2.tile_format import V_BITS, TileLayout, TilePages
 
 FP16_MAX = tl.constexpr(65504.0)
 E4M3_MAX = tl.constexpr(448.0)
@@ -100,7 +100,7 @@ def _tile_store_kernel(
     T: tl.constexpr, D: tl.constexpr, PER_PAGE: tl.constexpr, TILE_BYTES: tl.constexpr,
     OFF_KH: tl.constexpr, OFF_V: tl.constexpr, OFF_KN: tl.constexpr, OFF_VN: tl.constexpr,
     OFF_KS: tl.constexpr, OFF_KZ: tl.constexpr, OFF_VS: tl.constexpr, OFF_VZ: tl.constexpr,
-    OFF_PEAKS: tl.constexpr, K_LEVELS: tl.constexpr, V_LEVELS: tl.constexpr,
+    OFF_PEAKS: tl.constexpr, K_BITS: tl.constexpr, V_BITS: tl.constexpr,
 ):
     tile = tl.program_id(0)
     head = tl.program_id(1)
@@ -118,9 +118,12 @@ def _tile_store_kernel(
     high_at = tokens[:, None] * W8 + tl.arange(0, W8)[None, :]
 
     k = tl.load(k_ptr + tile * stride_kn + head * stride_kh + at).to(tl.float32)
-    codes, norm, s_code, z_code, s_peak, z_peak = _channel_tile(k, keep, K_LEVELS)
+    codes, norm, s_code, z_code, s_peak, z_peak = _channel_tile(k, keep, (1 << K_BITS) - 1)
     tl.store(out_u8 + rec + low_at, _pack(codes & 3, T, D, 4, 2))
-    tl.store(out_u8 + rec + OFF_KH + high_at, _pack(codes >> 2, T, D, 8, 1))
+    if K_BITS == 3:      # the high bits: a bit plane
+        tl.store(out_u8 + rec + OFF_KH + high_at, _pack(codes >> 2, T, D, 8, 1))
+    else:                # the high two bits: planar, as the low ones
+        tl.store(out_u8 + rec + OFF_KH + low_at, _pack(codes >> 2, T, D, 4, 2))
     tl.store(out_f16 + (rec + OFF_KN) // 2 + tokens, norm)
     tl.store(out_u8 + rec + OFF_KS + channels[None, :], s_code.to(tl.uint8))
     tl.store(out_u8 + rec + OFF_KZ + channels[None, :], z_code.to(tl.uint8))
@@ -128,7 +131,7 @@ def _tile_store_kernel(
     tl.store(out_f16 + (rec + OFF_PEAKS) // 2 + 1 + tl.zeros([1, 1], tl.int32), z_peak)
 
     v = tl.load(v_ptr + tile * stride_vn + head * stride_vh + at).to(tl.float32)
-    codes, norm, s_code, z_code, s_peak, z_peak = _channel_tile(v, keep, V_LEVELS)
+    codes, norm, s_code, z_code, s_peak, z_peak = _channel_tile(v, keep, (1 << V_BITS) - 1)
     tl.store(out_u8 + rec + OFF_V + low_at, _pack(codes, T, D, 4, 2))
     tl.store(out_f16 + (rec + OFF_VN) // 2 + tokens, norm)
     tl.store(out_u8 + rec + OFF_VS + channels[None, :], s_code.to(tl.uint8))
@@ -162,4 +165,4 @@ def tile_store(k_rot: torch.Tensor, v_rot: torch.Tensor, exclude: torch.Tensor, 
         k_rot.stride(0), k_rot.stride(1), v_rot.stride(0), v_rot.stride(1), records.page_stride, records.head_stride,
         T=T, D=D, PER_PAGE=records.per_page, TILE_BYTES=L.tile_bytes, OFF_KH=L.k_high, OFF_V=L.v_codes, OFF_KN=L.k_norm, OFF_VN=L.v_norm, OFF_KS=L.k_scale,
         OFF_KZ=L.k_zero, OFF_VS=L.v_scale, OFF_VZ=L.v_zero, OFF_PEAKS=L.peaks,
-        K_LEVELS=2 ** K_BITS - 1, V_LEVELS=2 ** V_BITS - 1, num_warps=8)
+        K_BITS=L.k_bits, V_BITS=V_BITS, num_warps=8)

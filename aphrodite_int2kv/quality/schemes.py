@@ -353,13 +353,15 @@ def standard_schemes():
     ]
 
 
-def engine_tiles_scheme() -> Scheme:
-    """What the engine stores with APHRODITE_INT2KV_FORMAT=tiles: K3 / V2 channel tiles of 64, 8-bit
-    metadata, the first 4 positions (sinks, left out of tile 0's ranges) and the last 128 in full
-    precision, every other one read from its tile's record (no staging tile)."""
+def engine_tiles_scheme(k_bits: int = 3) -> Scheme:
+    """What the engine stores with APHRODITE_INT2KV_FORMAT=tiles: K3 (or with K_BITS=4, K4) / V2
+    channel tiles of 64, 8-bit metadata, the first 4 positions (sinks, left out of tile 0's ranges)
+    and the last 128 in full precision, every other one read from its tile's record (no staging tile)."""
     from aphrodite_int2kv.engine.options import TILE, TILE_SINKS
 
-    return Scheme(f"engine FORMAT=tiles: K3 V2 tile{TILE} meta8 + sink{TILE_SINKS} + recent128", "tiles", k_bits=3,
+    setting = "" if k_bits == 3 else f" K_BITS={k_bits}"
+    return Scheme(f"engine FORMAT=tiles{setting}: K{k_bits} V2 tile{TILE} meta8 + sink{TILE_SINKS} + recent128", "tiles",
+                  k_bits=k_bits,
                   v_bits=2, tile=TILE, v_tiles=True, meta_bits=8, recent=128, sink=TILE_SINKS, tile_staging=False)
 
 
@@ -376,7 +378,7 @@ def longctx_schemes(sweep: bool = False):
     rows = [Scheme("fp", "fp"), Scheme("fp8 e4m3 per-head", "fp8"), engine_default_scheme(),
             Scheme("kivi 2-bit + recent 128", "kivi", recent=128),
             tiles(3, 2, v_tiles=True, meta_bits=8), tiles(3, 2, tile=64, v_tiles=True, meta_bits=8),
-            engine_tiles_scheme()]
+            engine_tiles_scheme(), engine_tiles_scheme(4)]
     if sweep:
         rows += [tiles(2, 2), tiles(2, 2, norm_balance=False), tiles(3, 2), tiles(3, 3), tiles(4, 2),
                  tiles(3, 2, tile=64), tiles(2, 2, v_tiles=True),
