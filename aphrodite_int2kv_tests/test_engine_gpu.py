@@ -58,7 +58,9 @@ B.Int2AttentionImpl.process_weights_after_loading = loaded
 from aphrodite import LLM, SamplingParams
 from aphrodite.inputs import TokensPrompt
 spec = json.loads(sys.argv[1])
-if spec.get("format") not in (None, "default"):     # default: FORMAT unset (tiles)
+if spec.get("format") == "tiles-k4":                # the tile format with 4-bit keys
+    os.environ["APHRODITE_INT2KV_K_BITS"] = "4"
+elif spec.get("format") not in (None, "default"):   # default: FORMAT unset (tiles)
     os.environ["APHRODITE_INT2KV_FORMAT"] = spec["format"]
 kw = dict(model=spec["model"], load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16", seed=0,
           kv_cache_dtype="int2", enforce_eager=spec["eager"], enable_prefix_caching=spec["prefix"],
@@ -135,7 +137,8 @@ LOCAL_LINES = {   # models with sliding-window layers: what the start-up line sa
     ("dense", True, False, "tokens"), ("dense", False, False, "tokens"), ("dense", False, True, "tokens"),
     ("hybrid", False, False, "tokens"), ("dense", True, False, "default"), ("dense", False, True, "tiles"),
     ("hybrid", False, False, "tiles"), ("gemma", True, False, "default"), ("gemma", False, True, "default"),
-    ("gptoss", True, False, "default"), ("gptoss", False, True, "default")])
+    ("gptoss", True, False, "default"), ("gptoss", False, True, "default"), ("dense", False, True, "tiles-k4"),
+    ("gemma", False, True, "tiles-k4")])
 def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eager, prefix, fmt):
     path = MODELS[model](tmp_path)
     # sliding-window models: those layers keep the engine's cache on a backend the user selects
@@ -160,6 +163,7 @@ def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eage
             assert part in log, (part, log[-4000:])
     assert calls.get("sinks_prepared", 0) == (2 if model == "gptoss" else 0), calls
     assert ("format=tiles" in res.stdout + res.stderr) == (fmt != "tokens")   # tiles: the default
+    assert ("format=tiles (K 4-bit" in res.stdout + res.stderr) == (fmt == "tiles-k4")
     # the same prompt again (alone, and a prefix-cache hit where caching is on) decodes the same
     # tokens for the first steps; dummy weights give near-flat logits, so only a prefix is compared
     assert got["again"][:4] == got["first"][:4], got

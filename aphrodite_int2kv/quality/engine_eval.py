@@ -23,6 +23,7 @@ import time
 CONFIGS = {
     "bf16": ("auto", {}),
     "int2": ("int2", {}),
+    "int2-k4": ("int2", {"APHRODITE_INT2KV_K_BITS": "4"}),
     "int2-tokens": ("int2", {"APHRODITE_INT2KV_FORMAT": "tokens"}),
     "fp8": ("fp8", {}),
 }
