@@ -153,14 +153,16 @@ def _kv_spec() -> str:
             return spec if pages is None else local_spec(spec, pages)
         pages = model_pages(aphrodite_config)       # None unless layers are kept out of int2 (G)
         # (a sliding-window layer never gets here: it was built with the local dtype)
+        if not shape_based:
+            # 0.24: the engine's spec, which its runner hands to our backend's customize_spec to
+            # pack (the int2 bytes per token); with local layers its block and the shared page,
+            # which the packed page fits by construction (local_layers.shared_pages)
+            spec = orig(self, aphrodite_config)
+            if pages is None:
+                return spec
+            return dataclasses.replace(spec, block_size=pages.int2_block, page_size_padded=pages.page_bytes)
         block = pages.int2_block if pages else aphrodite_config.cache_config.block_size
-        if shape_based:
-            spec = int2_spec(block, self.num_kv_heads, self.head_size)
-        else:   # 0.24: the engine's spec, packed by our backend now so that it can be padded
-            from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-
-            spec = Int2AttentionBackend.customize_spec(dataclasses.replace(orig(self, aphrodite_config),
-                                                                           block_size=block))
+        spec = int2_spec(block, self.num_kv_heads, self.head_size)
         if pages is not None and pages.page_bytes != spec.page_size_bytes:
             spec = dataclasses.replace(spec, page_size_padded=pages.page_bytes)
         return spec
