@@ -21,7 +21,7 @@ from aphrodite.v1.attention.backend import (AttentionBackend, AttentionCGSupport
 from aphrodite.v1.attention.backends.utils import split_decodes_and_prefills
 
 from aphrodite_int2kv.engine.kv_api import shape_based_kv_api
-from aphrodite_int2kv.engine.options import TILE, TILE_SINKS, options, slot_bytes_for
+from aphrodite_int2kv.engine.options import INT2, TILE, TILE_SINKS, options, slot_bytes_for
 from aphrodite_int2kv.int2.format import HEAD_DIMS, Int2ConfigError, SlotLayout, pages_heads_first
 from aphrodite_int2kv.int2.reference import rotate, unrotate_output
 from aphrodite_int2kv.int2.rotation import hadamard, load_rotation_file
@@ -36,7 +36,6 @@ from aphrodite_int2kv.kernels.tile_split_decode import tile_decode_splits, tile_
 from aphrodite_int2kv.kernels.tile_store import tile_store
 from aphrodite_int2kv.engine.window import window_name, window_slot, window_views
 
-INT2 = "int2"
 
 
 def _page_multiple() -> int:

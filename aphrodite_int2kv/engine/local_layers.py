@@ -22,9 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from aphrodite_int2kv.engine.options import INT2
 from aphrodite_int2kv.int2.format import Int2ConfigError
-
-INT2 = "int2"
 LOCAL_BLOCK = 16        # the local page is a multiple of the flash-attention kernels' block
 MAX_WASTE = 0.05        # the int2 block is the smallest whose padding stays within this share of the page
 

@@ -28,6 +28,7 @@ from aphrodite_int2kv.int2.format import GROUP_SIZES, Int2ConfigError, default_g
 from aphrodite_int2kv.int2.tile_format import K_BITS, TileLayout
 from aphrodite_int2kv.int2.quantizer import check_options
 
+INT2 = "int2"            # the --kv-cache-dtype this package adds
 PREFIX = "APHRODITE_INT2KV_"
 # every APHRODITE_INT2KV_* name the plugin reads: the options below, the quality tools' cache
 # folder (quality/assets.py) and the launch planner's stand-in GPU (kernels/limits.py)

@@ -50,11 +50,11 @@ from typing import Literal, get_args
 
 from aphrodite_int2kv.engine.kv_api import int2_spec, shape_based_kv_api
 from aphrodite_int2kv.engine.local_layers import is_local_layer_build, local_cache_config
+from aphrodite_int2kv.engine.options import INT2
 from aphrodite_int2kv.patches import APPLIED, FAILED, Outcome, is_ours, mark
 
 NAME = "int2-kv-cache-dtype"
 PR = None
-INT2 = "int2"
 BACKEND_PATH = "aphrodite_int2kv.engine.backend.Int2AttentionBackend"
 
 
