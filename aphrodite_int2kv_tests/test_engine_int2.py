@@ -320,12 +320,12 @@ def test_sliding_window_layers_keep_the_engine_cache_beside_int2(registered, tmp
     from aphrodite.engine.arg_utils import EngineArgs
 
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-    from aphrodite_int2kv.engine.offline import build_local_global_layers
+    from aphrodite_int2kv.engine.offline import build_int2_layers
 
     monkeypatch.setenv("APHRODITE_INT2KV_LOCAL_KV_DTYPE", local_dtype)
     cfg = EngineArgs(model=_dense_long_dir(tmp_path), kv_cache_dtype="int2", max_model_len=32768,
                      skip_tokenizer_init=True).create_engine_config()
-    layers = build_local_global_layers(cfg, 12, 1024)
+    layers = build_int2_layers(cfg, 12, window=1024)
     local = [l for i, l in enumerate(layers) if (i + 1) % 6]
     glob = [layers[5], layers[11]]
     assert {l.kv_cache_dtype for l in local} == {local_dtype} and {l.sliding_window for l in local} == {1024}
@@ -344,14 +344,14 @@ def _gemma_configs(tmp_path, max_model_len, local_dtype=None, monkeypatch=None, 
     from aphrodite.config import set_current_aphrodite_config
 
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-    from aphrodite_int2kv.engine.offline import build_local_global_layers
+    from aphrodite_int2kv.engine.offline import build_int2_layers
 
     model = _heads_dir(tmp_path, 32, 8, 128, max_positions=max_model_len)
     out = []
     for kv in ("auto", "int2"):
         cfg = EngineArgs(model=model, kv_cache_dtype=kv, max_model_len=max_model_len,
                          skip_tokenizer_init=True).create_engine_config()
-        build_local_global_layers(cfg, n, 1024)
+        build_int2_layers(cfg, n, "int2" if kv == "int2" else "platform", window=1024)
         if kv == "int2":
             with set_current_aphrodite_config(cfg):      # what update_block_size_for_backend asks
                 cfg.cache_config.block_size = Int2AttentionBackend.get_preferred_block_size(16)

@@ -226,7 +226,7 @@ def local_global_sizer(engine: Engine, name: str):
             local = "auto" if kv == "bound:bf16-local" else "fp8"
             cfg = engine.config(model, kv_cache_dtype=local)
             cfg.cache_config.block_size = 16
-            offline.build_local_global_layers(cfg, g["layers"], g["window"], g["period"])
+            offline.build_int2_layers(cfg, g["layers"], "platform", g["window"], g["period"])
             from aphrodite.v1.kv_cache_interface import SlidingWindowSpec
 
             specs = {n: s for n, s in offline.engine_specs(cfg).items() if isinstance(s, SlidingWindowSpec)}
@@ -237,8 +237,8 @@ def local_global_sizer(engine: Engine, name: str):
         os.environ["APHRODITE_INT2KV_LOCAL_KV_DTYPE"] = "fp8" if kv == "int2+fp8-local" else "auto"
         cfg = engine.config(model, kv_cache_dtype="int2" if int2 else kv)
         cfg.cache_config.block_size = 16          # the CUDA platform's default before the backend's preference
-        layers = offline.build_local_global_layers(cfg, g["layers"], g["window"], g["period"],
-                                                   sinks=g["sinks"] and int2)
+        layers = offline.build_int2_layers(cfg, g["layers"], "int2" if int2 else "platform", g["window"], g["period"],
+                                           sinks=g["sinks"] and int2)
         if int2:
             with set_current_aphrodite_config(cfg):   # what update_block_size_for_backend asks
                 cfg.cache_config.block_size = Int2AttentionBackend.get_preferred_block_size(16)

@@ -24,29 +24,14 @@ def use_cpu_platform():
         torch.cpu._is_avx512_bf16_supported = lambda: False
 
 
-def build_int2_layers(cfg, n, backend="int2"):
+def build_int2_layers(cfg, n, backend="int2", window=None, period=6, sinks=False):
     """Real `Attention` layers as a model builds them (our __init__ wrapper adds the companions).
-    This host is CPU-only, so the backend the CUDA platform would select for int2 is passed in."""
-    from aphrodite.config import set_current_aphrodite_config
-    from aphrodite.model_executor.layers.attention.attention import Attention
-
-    from aphrodite_int2kv.engine.backend import Int2AttentionBackend
-
-    hf = cfg.model_config.hf_config
-    extra = {"attn_backend": Int2AttentionBackend} if backend == "int2" else {}
-    with set_current_aphrodite_config(cfg):
-        return [Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,
-                          num_kv_heads=hf.num_key_value_heads, cache_config=cfg.cache_config,
-                          prefix=f"model.layers.{i}.self_attn.attn", **extra) for i in range(n)]
-
-
-def build_local_global_layers(cfg, n, window, period=6, sinks=False):
-    """Real `Attention` layers in Gemma 3's pattern: layer i is global when (i + 1) % period == 0,
-    else local with a `window`-token sliding window (as Gemma3Attention passes it). Under int2 the
-    global layers get the int2 backend (what the CUDA platform would select; this host is CPU-only)
-    and our __init__ wrapper builds the local ones with the local dtype. sinks: the global layers
-    carry learned attention sinks, as gpt-oss's do (the CPU platform's backend, which the local
-    layers get here, takes none)."""
+    This host is CPU-only, so the backend the CUDA platform would select for int2 is passed in
+    (backend="int2"; another value leaves the choice to this host's platform). With a `window`,
+    Gemma 3's pattern: layer i is global when (i + 1) % period == 0, else local with that sliding
+    window (as Gemma3Attention passes it), which our wrapper builds with the local dtype and its own
+    backend. sinks: the global layers carry learned attention sinks, as gpt-oss's do (the CPU
+    platform's backend, which the local layers get here, takes none)."""
     import torch
 
     from aphrodite.config import set_current_aphrodite_config
@@ -55,14 +40,13 @@ def build_local_global_layers(cfg, n, window, period=6, sinks=False):
     from aphrodite_int2kv.engine.backend import Int2AttentionBackend
 
     hf = cfg.model_config.hf_config
-    int2 = cfg.cache_config.cache_dtype == "int2"
     layers = []
     with set_current_aphrodite_config(cfg):
         for i in range(n):
-            if (i + 1) % period:
+            if window is not None and (i + 1) % period:
                 extra = {"per_layer_sliding_window": window}
             else:
-                extra = {"attn_backend": Int2AttentionBackend} if int2 else {}
+                extra = {"attn_backend": Int2AttentionBackend} if backend == "int2" else {}
                 if sinks:
                     extra["sinks"] = torch.zeros(hf.num_attention_heads)
             layers.append(Attention(hf.num_attention_heads, hf.head_dim, hf.head_dim ** -0.5,
