@@ -118,14 +118,13 @@ def transformers_checkpoint(model: str, out_dir: str):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from aphrodite_int2kv.quality import assets
-    from aphrodite_int2kv.quality.hf_model import _Tokenizer
+    from aphrodite_int2kv.quality.hf_model import HarnessTokenizer, pretrained_location
 
     if model in assets.NAMED_MODELS:
         model = assets.named_model_path(model)
     if os.path.isdir(model):
-        return model, _Tokenizer(AutoTokenizer.from_pretrained(model))
-    where = dict(pretrained_model_name_or_path=os.path.dirname(os.path.abspath(model)),
-                 gguf_file=os.path.basename(model))
+        return model, HarnessTokenizer(AutoTokenizer.from_pretrained(model))
+    where = pretrained_location(model)
     tok = AutoTokenizer.from_pretrained(**where)
     if not os.path.isfile(os.path.join(out_dir, "config.json")):
         from safetensors.torch import save_file
@@ -141,7 +140,7 @@ def transformers_checkpoint(model: str, out_dir: str):
         m.config.architectures = [type(m).__name__]
         m.config.save_pretrained(out_dir)
         tok.save_pretrained(out_dir)
-    return out_dir, _Tokenizer(tok)
+    return out_dir, HarnessTokenizer(tok)
 
 
 def engine_max_len(plan: dict) -> int:

@@ -31,7 +31,7 @@ class Shapes:
     head_dim: int
 
 
-class _Tokenizer:
+class HarnessTokenizer:
     """A transformers tokenizer behind the `tokenizers` interface the harness uses
     (encode(text).ids, decode(ids))."""
 
@@ -85,6 +85,15 @@ def local_attention(query, key, value, window: int, scaling: float | None, block
     return out.transpose(0, 1)[None].to(query.dtype)
 
 
+def pretrained_location(path: str) -> dict:
+    """from_pretrained's arguments for a model directory or a GGUF file (which transformers
+    dequantizes; it needs the gguf package)."""
+    if path.endswith(".gguf"):
+        return dict(pretrained_model_name_or_path=os.path.dirname(os.path.abspath(path)),
+                    gguf_file=os.path.basename(path))
+    return dict(pretrained_model_name_or_path=path)
+
+
 class HFModel:
     """A Hugging Face causal LM (a local directory) with the harness's `forward(ids, attention, rows)`."""
 
@@ -94,13 +103,10 @@ class HFModel:
         except ImportError as exc:
             raise RuntimeError("--model needs transformers: pip install transformers") from exc
         AttentionInterface.register(IMPLEMENTATION, _harness_attention)
-        where = dict(pretrained_model_name_or_path=path)
-        if path.endswith(".gguf"):      # transformers dequantizes a GGUF file (needs the gguf package)
-            where = dict(pretrained_model_name_or_path=os.path.dirname(os.path.abspath(path)),
-                         gguf_file=os.path.basename(path))
+        where = pretrained_location(path)
         self.model = AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32,
                                                           attn_implementation=IMPLEMENTATION).to(device).eval()
-        self.tok = _Tokenizer(AutoTokenizer.from_pretrained(**where))
+        self.tok = HarnessTokenizer(AutoTokenizer.from_pretrained(**where))
         c = self.model.config.get_text_config()
         heads = c.num_attention_heads
         self.cfg = Shapes(n_layers=c.num_hidden_layers, n_heads=heads,
