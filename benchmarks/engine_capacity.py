@@ -126,7 +126,12 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
     rows = []
     kinds = engine_kv_dtypes() if not local_global else ["auto", "fp8", "int2", "int2+fp8-local",
                                                          "bound:bf16-local", "bound:fp8-local"]
+    kinds = kinds + ["int2-k4"]          # int2 with APHRODITE_INT2KV_K_BITS=4 (the tile format's 4-bit keys)
     for kv in kinds:
+        if kv == "int2-k4":
+            os.environ["APHRODITE_INT2KV_K_BITS"] = "4"
+        else:
+            os.environ.pop("APHRODITE_INT2KV_K_BITS", None)
         row = dict(kv_cache_dtype=kv, model=describe, context_len=engine.context, kv_gib=kv_gib, engine=engine.name,
                    device="CPU (arithmetic only)")
         if cfg_chunk := engine.chunk:
@@ -134,13 +139,14 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
         if kv.startswith("int2"):     # APHRODITE_INT2KV_FORMAT: which int2 format the row sized
             from aphrodite_int2kv.engine.options import options
 
-            row["int2_format"] = options().format
+            row["int2_format"] = options().format + (f", K_BITS={options().k_bits}" if options().tiles else "")
         try:
             n, extra = sized(kv)
             row.update(kv_tokens=n, vs_bf16=round(n / bf16_tokens, 3), **extra)
         except Exception as exc:   # noqa: BLE001 - a dtype the engine refuses or cannot size is a result
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         rows.append(row)
+        os.environ.pop("APHRODITE_INT2KV_K_BITS", None)
         print(f"{kv:<24} {row.get('kv_tokens', row.get('error'))!s:>12} {row.get('vs_bf16', '')}", flush=True)
     return rows
 
@@ -178,7 +184,7 @@ def dense_sizer(engine: Engine):
                 for i, n in enumerate(names)}, boundary
 
     def sized(kv):
-        if kv == "int2":
+        if kv in ("int2", "int2-k4"):
             cfg = engine.int2_config(model, LAYERS)
             return round(engine.tokens(cfg, offline.engine_specs(cfg))), {
                 "note": "the engine default: pages of 128 tokens (G64 slots, or two 64-token tiles with "
