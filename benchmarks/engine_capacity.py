@@ -271,6 +271,7 @@ def hybrid_sizer(engine: Engine):
     model = offline.hybrid27b_dir(pathlib.Path(tempfile.mkdtemp()), engine.context)
 
     def sized(kv):
+        kv = "int2" if kv == "int2-k4" else kv      # (APHRODITE_INT2KV_K_BITS=4 is set for that row)
         cfg = engine.config(model, enable_prefix_caching=False, **({} if kv == "auto" else {"kv_cache_dtype": kv}))
         specs = offline.hybrid_specs(cfg, kv)
         extra = {"attention_block_size": cfg.cache_config.block_size}
