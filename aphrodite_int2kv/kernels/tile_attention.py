@@ -38,7 +38,7 @@ from aphrodite_int2kv.kernels.decode import _window_args, dot_dtype
 # 4-bit keys: the high plane is planar like the low one (bits 2c, 2c + 1 of the same column), so
 # the same instructions with a two-bit mask put it at bits 2c + 2, 2c + 3 (at most bit 9 of the
 # 10-bit mantissa, for c = 3).
-_K3_ASM = """{{
+_K_ASM = """{{
 .reg .b32 lo, hi, a, b, m;
 prmt.b32 lo, $2, 0, 0x5140;
 prmt.b32 hi, $2, 0, 0x5342;
@@ -70,7 +70,7 @@ sub.f16x2 $1, hi, m;
 
 def _k_asm(c: int, high_bits: int) -> str:
     mask = (1 << high_bits) - 1
-    return _K3_ASM.format(**magic_bits(c), high=hex(((mask << 16 | mask) << (2 * c + 2)) & 0xFFFFFFFF))
+    return _K_ASM.format(**magic_bits(c), high=hex(((mask << 16 | mask) << (2 * c + 2)) & 0xFFFFFFFF))
 
 
 K3_ASM_0 = tl.constexpr(_k_asm(0, 1))
@@ -223,14 +223,14 @@ def tile_span(m_i, l_i, acc0, acc1, acc2, acc3, q0, q1, q2, q3, t0, t1, lo, hi, 
         vz_unit = _unit(rec_f16, rec, OFF_PEAKS, 3)
         low = _plane_bytes(rec_u8, rec, T, W)
         high = k_high_bytes(rec_u8, rec, T, D, W, OFF_KH, K_BITS)
-        d0, z0 = _k_quarter(q0, low, high, rec_u8, rec, ks_unit, kz_unit, 0, W, OFF_KS, OFF_KZ, K_BITS, DOT,
-                               FAST)
-        d1, z1 = _k_quarter(q1, low, high, rec_u8, rec, ks_unit, kz_unit, 1, W, OFF_KS, OFF_KZ, K_BITS, DOT,
-                               FAST)
-        d2, z2 = _k_quarter(q2, low, high, rec_u8, rec, ks_unit, kz_unit, 2, W, OFF_KS, OFF_KZ, K_BITS, DOT,
-                               FAST)
-        d3, z3 = _k_quarter(q3, low, high, rec_u8, rec, ks_unit, kz_unit, 3, W, OFF_KS, OFF_KZ, K_BITS, DOT,
-                               FAST)
+        d0, z0 = _k_quarter(q0, low, high, rec_u8, rec, ks_unit, kz_unit, 0, W, OFF_KS, OFF_KZ, K_BITS,
+                            DOT, FAST)
+        d1, z1 = _k_quarter(q1, low, high, rec_u8, rec, ks_unit, kz_unit, 1, W, OFF_KS, OFF_KZ, K_BITS,
+                            DOT, FAST)
+        d2, z2 = _k_quarter(q2, low, high, rec_u8, rec, ks_unit, kz_unit, 2, W, OFF_KS, OFF_KZ, K_BITS,
+                            DOT, FAST)
+        d3, z3 = _k_quarter(q3, low, high, rec_u8, rec, ks_unit, kz_unit, 3, W, OFF_KS, OFF_KZ, K_BITS,
+                            DOT, FAST)
         k_norm = tl.load(rec_f16 + (rec + OFF_KN) // 2 + toks).to(tl.float32)
         s = (d0 + d1 + d2 + d3 + (z0 + z1 + z2 + z3)[:, None]) * k_norm[None, :]
         s = tl.where(((first + toks >= lo) & (first + toks < hi))[None, :], s * qk_scale, float("-inf"))
