@@ -93,8 +93,11 @@ def test_dtype_capacity_sizes_every_engine_dtype_by_the_engines_arithmetic(engin
     from aphrodite_int2kv.quality.engine_eval import engine_kv_dtypes
 
     aphrodite_int2kv.register()
-    assert set(rows) == set(engine_kv_dtypes())
+    # and with the tile format a row with 4-bit keys (APHRODITE_INT2KV_K_BITS=4): 109 instead of 93 B per token and head
+    assert set(rows) == set(engine_kv_dtypes()) | ({"int2-k4"} if fmt == "tiles" else set())
     assert rows["auto"]["vs_bf16"] == 1.0 and rows["fp8"]["vs_bf16"] == 2.0 and rows["int2"]["vs_bf16"] >= least
+    if fmt == "tiles":
+        assert 4.2 < rows["int2-k4"]["vs_bf16"] < 4.3 and rows["int2-k4"]["int2_format"] == "tiles, K_BITS=4"
     from aphrodite.model_executor.layers.quantization.turboquant.config import TurboQuantConfig
 
     bf16_bytes = 2 * 128 * 2          # K and V of one head, one token
@@ -298,4 +301,6 @@ def test_hybrid_capacity_of_every_engine_dtype_by_the_engines_arithmetic(engine,
     assert tq and all("not supported for hybrid" in rows[k]["error"] for k in tq)
     assert rows["auto"]["attention_block_size"] == 400          # the H200 engine's bf16 page on this model
     assert rows["int2"]["attention_block_size"] == block and rows["int2"]["vs_bf16"] >= least
+    if fmt == "tiles":   # 4-bit keys: fewer tokens in the same pages
+        assert 3.9 < rows["int2-k4"]["vs_bf16"] < rows["int2"]["vs_bf16"]
     assert 1.85 < rows["fp8"]["vs_bf16"] < 2.0

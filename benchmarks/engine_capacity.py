@@ -126,7 +126,10 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
     rows = []
     kinds = engine_kv_dtypes() if not local_global else ["auto", "fp8", "int2", "int2+fp8-local",
                                                          "bound:bf16-local", "bound:fp8-local"]
-    kinds = kinds + ["int2-k4"]          # int2 with APHRODITE_INT2KV_K_BITS=4 (the tile format's 4-bit keys)
+    from aphrodite_int2kv.engine.options import options
+
+    if options().tiles:                  # int2 with APHRODITE_INT2KV_K_BITS=4 (the tile format's 4-bit keys)
+        kinds = kinds + ["int2-k4"]
     for kv in kinds:
         if kv == "int2-k4":
             os.environ["APHRODITE_INT2KV_K_BITS"] = "4"
@@ -137,8 +140,6 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
         if cfg_chunk := engine.chunk:
             row["max_num_batched_tokens"] = cfg_chunk
         if kv.startswith("int2"):     # APHRODITE_INT2KV_FORMAT: which int2 format the row sized
-            from aphrodite_int2kv.engine.options import options
-
             row["int2_format"] = options().format + (f", K_BITS={options().k_bits}" if options().tiles else "")
         try:
             n, extra = sized(kv)
