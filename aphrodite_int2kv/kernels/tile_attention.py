@@ -137,24 +137,14 @@ def k_high_bytes(rec_u8, rec, T: tl.constexpr, D: tl.constexpr, W: tl.constexpr,
 def k_codes(low, high, c: tl.constexpr, K_BITS: tl.constexpr, DOT: tl.constexpr, FAST: tl.constexpr):
     """Quarter c's 3- or 4-bit K codes [T, W] as DOT, from the low-plane and aligned high bytes."""
     if FAST and DOT == tl.float16:
-        if K_BITS == 3:
-            if c == 0:
-                asm: tl.constexpr = K3_ASM_0
-            elif c == 1:
-                asm: tl.constexpr = K3_ASM_1
-            elif c == 2:
-                asm: tl.constexpr = K3_ASM_2
-            else:
-                asm: tl.constexpr = K3_ASM_3
+        if c == 0:
+            asm: tl.constexpr = K4_ASM_0 if K_BITS == 4 else K3_ASM_0
+        elif c == 1:
+            asm: tl.constexpr = K4_ASM_1 if K_BITS == 4 else K3_ASM_1
+        elif c == 2:
+            asm: tl.constexpr = K4_ASM_2 if K_BITS == 4 else K3_ASM_2
         else:
-            if c == 0:
-                asm: tl.constexpr = K4_ASM_0
-            elif c == 1:
-                asm: tl.constexpr = K4_ASM_1
-            elif c == 2:
-                asm: tl.constexpr = K4_ASM_2
-            else:
-                asm: tl.constexpr = K4_ASM_3
+            asm: tl.constexpr = K4_ASM_3 if K_BITS == 4 else K3_ASM_3
         return tl.inline_asm_elementwise(asm, "=r,=r,r,r", [low, high], dtype=tl.float16, is_pure=True, pack=4)
     else:
         high_mask: tl.constexpr = (1 << (K_BITS - 2)) - 1
