@@ -107,6 +107,13 @@ class Engine:
         return get_max_concurrency_for_kv_cache_config(cfg, conf) * self.context
 
 
+# rows that are int2 with a setting: (the engine's kv_cache_dtype, the environment the row sets)
+ROW_SETTINGS = {
+    "int2-k4": ("int2", {"APHRODITE_INT2KV_K_BITS": "4"}),
+    "int2+fp8-local": ("int2", {"APHRODITE_INT2KV_LOCAL_KV_DTYPE": "fp8"}),
+}
+
+
 def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
     """A row for every KV dtype the engine offers: its tokens against bf16's (`auto`), or the error
     where the engine refuses or cannot size it (a result)."""
@@ -131,10 +138,9 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
     if options().tiles:                  # int2 with APHRODITE_INT2KV_K_BITS=4 (the tile format's 4-bit keys)
         kinds = kinds + ["int2-k4"]
     for kv in kinds:
-        if kv == "int2-k4":
-            os.environ["APHRODITE_INT2KV_K_BITS"] = "4"
-        else:
-            os.environ.pop("APHRODITE_INT2KV_K_BITS", None)
+        dtype, settings = ROW_SETTINGS.get(kv, (kv, {}))
+        before = {name: os.environ.get(name) for name in settings}
+        os.environ.update(settings)
         row = dict(kv_cache_dtype=kv, model=describe, context_len=engine.context, kv_gib=kv_gib, engine=engine.name,
                    device="CPU (arithmetic only)")
         if cfg_chunk := engine.chunk:
@@ -142,12 +148,16 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
         if kv.startswith("int2"):     # APHRODITE_INT2KV_FORMAT: which int2 format the row sized
             row["int2_format"] = options().format + (f", K_BITS={options().k_bits}" if options().tiles else "")
         try:
-            n, extra = sized(kv)
+            n, extra = sized(dtype)
             row.update(kv_tokens=n, vs_bf16=round(n / bf16_tokens, 3), **extra)
         except Exception as exc:   # noqa: BLE001 - a dtype the engine refuses or cannot size is a result
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
         rows.append(row)
-        os.environ.pop("APHRODITE_INT2KV_K_BITS", None)
+        for name, value in before.items():     # the user's own setting back
+            if value is None:
+                os.environ.pop(name)
+            else:
+                os.environ[name] = value
         print(f"{kv:<24} {row.get('kv_tokens', row.get('error'))!s:>12} {row.get('vs_bf16', '')}", flush=True)
     return rows
 
@@ -185,7 +195,7 @@ def dense_sizer(engine: Engine):
                 for i, n in enumerate(names)}, boundary
 
     def sized(kv):
-        if kv in ("int2", "int2-k4"):
+        if kv == "int2":
             cfg = engine.int2_config(model, LAYERS)
             return round(engine.tokens(cfg, offline.engine_specs(cfg))), {
                 "note": "the engine default: pages of 128 tokens (G64 slots, or two 64-token tiles with "
@@ -240,8 +250,7 @@ def local_global_sizer(engine: Engine, name: str):
             return round(engine.tokens(cfg, specs)), {
                 "note": f"the limit of any format for the global layers: only the {local} local layers' "
                         "pages counted (the engine's budget: a window plus a prefill chunk per request)"}
-        int2 = kv.startswith("int2")
-        os.environ["APHRODITE_INT2KV_LOCAL_KV_DTYPE"] = "fp8" if kv == "int2+fp8-local" else "auto"
+        int2 = kv == "int2"
         cfg = engine.config(model, kv_cache_dtype="int2" if int2 else kv)
         cfg.cache_config.block_size = 16          # the CUDA platform's default before the backend's preference
         layers = offline.build_int2_layers(cfg, g["layers"], "int2" if int2 else "platform", g["window"], g["period"],
@@ -257,7 +266,6 @@ def local_global_sizer(engine: Engine, name: str):
             extra.update(local_block=local.block_size, local_kv_cache_dtype=layers[0].kv_cache_dtype,
                          note=f"int2 on the {n_global} global layers, the local layers in the engine's own cache; "
                               "pages padded to the local page")
-        os.environ.pop("APHRODITE_INT2KV_LOCAL_KV_DTYPE", None)
         return round(engine.tokens(cfg, specs)), extra
 
     return (f"{name} shapes ({g['layers']} layers: one global in {g['period']}, the others with a "
@@ -272,7 +280,6 @@ def hybrid_sizer(engine: Engine):
     model = offline.hybrid27b_dir(pathlib.Path(tempfile.mkdtemp()), engine.context)
 
     def sized(kv):
-        kv = "int2" if kv == "int2-k4" else kv      # (APHRODITE_INT2KV_K_BITS=4 is set for that row)
         cfg = engine.config(model, enable_prefix_caching=False, **({} if kv == "auto" else {"kv_cache_dtype": kv}))
         specs = offline.hybrid_specs(cfg, kv)
         extra = {"attention_block_size": cfg.cache_config.block_size}
