@@ -102,7 +102,7 @@ def tiles_row(timer, args, B, S, Hq, Hkv, D, bf16, best, copy_gbps, env) -> dict
     from aphrodite_int2kv.kernels.limits import device_limits
     from aphrodite_int2kv.kernels.tile_split_decode import tile_decode_splits, tile_split_decode
 
-    L, BS, R = TileLayout(D, 64), 128, 128
+    L, BS, R = TileLayout(D, 64, k_bits=args.k_bits), 128, 128
     blocks = B * math.ceil(S / BS)
     raw = torch.randint(0, 256, (blocks, Hkv, BS, L.token_bytes), dtype=torch.uint8, device="cuda")
     pages = TilePages.of_cache(raw.transpose(1, 2), L)
@@ -133,7 +133,7 @@ def tiles_row(timer, args, B, S, Hq, Hkv, D, bf16, best, copy_gbps, env) -> dict
 def _tiles_result(us, splits, planned, B, S, Hq, Hkv, D, L, BS, R, bf16, best, copy_gbps, env) -> dict:
     nbytes = B * S * Hkv * L.token_bytes
     row = dict(context_len=S, batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, int2_format="tiles",
-               tile=64, block_size=BS, window=R, num_splits=splits, planned_splits=planned, int2_us=round(us, 2),
+               k_bits=L.k_bits, tile=64, block_size=BS, window=R, num_splits=splits, planned_splits=planned, int2_us=round(us, 2),
                bf16_us=round(bf16[best], 2) if best else None, bf16_kernel=best,
                bf16_all_us={k: round(v, 2) for k, v in bf16.items()},
                speedup=round(bf16[best] / us, 3) if best else None, int2_bytes_read=nbytes,
@@ -418,6 +418,8 @@ def main():
                          "is shared): a sweep of many head shapes otherwise spends most of its time compiling")
     ap.add_argument("--tile-splits", default="0",
                     help="--format tiles: record splits per sequence to time, comma-separated (0: the planner's)")
+    ap.add_argument("--k-bits", type=int, choices=(3, 4), default=3,
+                    help="--format tiles: bits per key code (APHRODITE_INT2KV_K_BITS)")
     ap.add_argument("--format", choices=("tokens", "tiles"), default="tokens",
                     help="int2 format: per-token slots (int2_decode), or channel tiles (tile_split_decode)")
     ap.add_argument("--out", default="decode_attention_h200.json")
