@@ -125,3 +125,39 @@ def test_local_attention_in_blocks_is_the_masked_softmax():
     for block in (64, 512):
         got = local_attention(q, k, v, 50, 0.2, block=block)[0].transpose(0, 1)
         assert torch.allclose(got, want, atol=1e-5), block
+
+
+def test_fp8_local_layers_read_what_the_engine_stores(tmp_path):
+    """APHRODITE_INT2KV_LOCAL_KV_DTYPE=fp8 in the harness: the sliding-window layers read K/V
+    rounded to e4m3 as the engine's fp8 cache holds them (scale 1, saturating); global layers and
+    the next forward are unaffected; a model without local layers is refused by the CLI."""
+    from aphrodite_int2kv.cli import main as cli
+    from aphrodite_int2kv.quality.hf_model import HFModel, engine_fp8
+    from aphrodite_int2kv.quality.schemes import KVTransform, Scheme, attention_fn
+
+    x = torch.tensor([500.0, -1000.0, 1.07, 0.3])
+    assert engine_fp8(x).tolist() == [448.0, -448.0, 1.125, 0.3125]
+
+    ids = torch.randint(0, 256, (300,), generator=torch.Generator().manual_seed(1))
+    fp = Scheme("fp", "fp")
+    path = _gemma3(tmp_path / "g")
+    m = HFModel(path)
+    assert m.local_layers == 5
+    want = m.forward(ids, attention_fn(fp, KVTransform(fp, 64, 1, 6), 64 ** -0.5))
+    local8 = attention_fn(fp, KVTransform(fp, 64, 1, 6), 64 ** -0.5)
+    local8.local_kv_dtype = "fp8"
+    got = m.forward(ids, local8)
+    assert not torch.allclose(got, want, atol=1e-4)
+    assert (got - want).abs().max() < 0.1 * want.abs().max()
+    again = m.forward(ids, attention_fn(fp, KVTransform(fp, 64, 1, 6), 64 ** -0.5))
+    assert torch.equal(again, want)
+
+    llama = HFModel(_llama(tmp_path / "l"))
+    assert llama.local_layers == 0
+    plain = llama.forward(ids, attention_fn(fp, KVTransform(fp, 64, 2, 2), 64 ** -0.5))
+    local8 = attention_fn(fp, KVTransform(fp, 64, 2, 2), 64 ** -0.5)
+    local8.local_kv_dtype = "fp8"
+    assert torch.equal(llama.forward(ids, local8), plain)
+    with pytest.raises(SystemExit, match="no sliding-window layers"):
+        cli(["longctx", "--model", str(tmp_path / "l"), "--local-kv-dtype", "fp8", "--distances", "512",
+             "--passages", "1", "--far", "", "--passkeys", ""])

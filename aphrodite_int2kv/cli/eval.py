@@ -161,6 +161,10 @@ def add_longctx_parser(sub):
                    help="a Hugging Face causal LM to measure instead of SmolLM2-135M: a directory, a GGUF file, or "
                         "gemma-3-270m (fetched on first use); transformers runs it, every global attention layer "
                         "reads the scheme's K/V, sliding-window layers stay in full precision")
+    p.add_argument("--local-kv-dtype", default="auto", choices=["auto", "fp8"],
+                   help="--model with sliding-window layers: the cache those layers read in every row but fp's, as "
+                        "APHRODITE_INT2KV_LOCAL_KV_DTYPE sets it in the engine (fp8: e4m3, the engine's scale of 1); "
+                        "fp8 adds a row with the global layers in full precision")
     p.add_argument("--rotations", default=None,
                    help="a folder with k_rotation.pt / v_rotation.pt (aphrodite-int2kv calibrate): each tile row "
                         "selected is measured with them too")
@@ -190,12 +194,23 @@ def run_longctx(args) -> int:
         k_rot, v_rot = (os.path.join(args.rotations, f) for f in ("k_rotation.pt", "v_rotation.pt"))
         schemes += [dataclasses.replace(s, name=s.name + " + calibrated rotations", k_rotation=k_rot, v_rotation=v_rot)
                     for s in schemes if s.kind == "tiles"]
+    if args.local_kv_dtype != "auto":
+        if not getattr(model, "local_layers", 0):
+            raise SystemExit(f"longctx --local-kv-dtype {args.local_kv_dtype}: the model has no sliding-window layers "
+                             "(drop the flag, or give --model a model with local attention such as gemma-3-270m)")
+        import dataclasses
+
+        local = f" + {args.local_kv_dtype} local layers"
+        schemes = [schemes[0], dataclasses.replace(schemes[0], name="fp" + local)] + [
+            dataclasses.replace(s, name=s.name + local) for s in schemes[1:]]
     items = longctx.suite_items(tok, **longctx.suite_flags(args))
     longest = max(len(seq) for _, seq, _, _ in items)
     t0, rows, fp = time.time(), [], None
     total = len(schemes) * len(items)
     for si, scheme in enumerate(schemes):
         attn = attention_fn(scheme, KVTransform(scheme, cfg.head_dim, cfg.n_kv_heads, cfg.n_layers), cfg.head_dim ** -0.5)
+        if si > 0:        # every row but the full-precision reference (the first)
+            attn.local_kv_dtype = args.local_kv_dtype
         res = longctx.score_items(model, items, attn, reference=fp,
                                   progress=lambda i, label: _progress(si * len(items) + i, total,
                                                                       f"{scheme.name[:30]} {label}", t0))

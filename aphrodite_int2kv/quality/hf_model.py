@@ -5,9 +5,10 @@ transformers runs the model; every attention layer goes through the harness's at
 (`schemes.attention_fn`: the scheme's quantized K/V far from the window, full precision inside
 it), registered as a transformers attention implementation. The model's own weights, RoPE and
 norms are untouched: only what attention reads from the cache changes, as in the engine.
-Layers with a sliding window (Gemma 2/3, gpt-oss, Mistral-style local attention) attend in full
-precision over their window, as the engine keeps them in the model dtype: the scheme applies to
-the global layers only. Refused with a clear message: logit soft-capping, and global layers whose
+Layers with a sliding window (Gemma 2/3, gpt-oss, Mistral-style local attention) attend over
+their window as the engine keeps them: in the model dtype (full precision here), or in fp8 e4m3
+when the attention carries `local_kv_dtype = "fp8"` (APHRODITE_INT2KV_LOCAL_KV_DTYPE=fp8); the
+scheme applies to the global layers only. Refused with a clear message: logit soft-capping, and global layers whose
 query scale is not head_dim**-0.5. A model is a directory or a GGUF file (transformers reads it).
 """
 
@@ -19,7 +20,8 @@ import os
 import torch
 
 IMPLEMENTATION = "aphrodite_int2kv_harness"
-_current = {"attention": None}
+LOCAL_KV_DTYPES = ("auto", "fp8")
+_current = {"attention": None, "local_kv_dtype": "auto"}
 
 
 @dataclasses.dataclass
@@ -54,6 +56,8 @@ def _harness_attention(module, query, key, value, attention_mask, dropout=0.0, s
         raise ValueError("aphrodite-int2kv harness: one sequence at a time")
     window = kwargs.get("sliding_window") or getattr(module, "sliding_window", None)
     if window:
+        if _current["local_kv_dtype"] == "fp8":
+            key, value = engine_fp8(key), engine_fp8(value)
         return local_attention(query, key, value, window, scaling), None
     attn, sm_scale = _current["attention"]
     if scaling is not None and abs(scaling - sm_scale) > 1e-6 * sm_scale:
@@ -62,6 +66,12 @@ def _harness_attention(module, query, key, value, attention_mask, dropout=0.0, s
     out = attn(module.layer_idx, query[0].transpose(0, 1).float(), key[0].transpose(0, 1).float(),
                value[0].transpose(0, 1).float())
     return out[None].to(query.dtype), None
+
+
+def engine_fp8(x: torch.Tensor) -> torch.Tensor:
+    """K or V as the engine's fp8 cache holds them (kv_cache_dtype fp8, its default scale of 1):
+    rounded to e4m3, saturating at +-448."""
+    return x.float().clamp(-448.0, 448.0).to(torch.float8_e4m3fn).to(x.dtype)
 
 
 def local_attention(query, key, value, window: int, scaling: float | None, block: int = 512):
@@ -107,6 +117,8 @@ class HFModel:
         self.model = AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32,
                                                           attn_implementation=IMPLEMENTATION).to(device).eval()
         self.tok = HarnessTokenizer(AutoTokenizer.from_pretrained(**where))
+        self.local_layers = sum(bool(getattr(m, "sliding_window", None)) for m in self.model.modules()
+                                if hasattr(m, "layer_idx") and hasattr(m, "sliding_window"))
         c = self.model.config.get_text_config()
         heads = c.num_attention_heads
         self.cfg = Shapes(n_layers=c.num_hidden_layers, n_heads=heads,
@@ -117,9 +129,11 @@ class HFModel:
     def forward(self, ids: torch.Tensor, attention, rows: torch.Tensor | None = None) -> torch.Tensor:
         """Logits [T or len(rows), vocab] with `attention(layer, q, k, v)` in every layer."""
         _current["attention"] = (attention, self.cfg.head_dim ** -0.5)
+        _current["local_kv_dtype"] = getattr(attention, "local_kv_dtype", "auto")
         try:
             keep = {} if rows is None else {"logits_to_keep": rows.to(self.model.device)}
             logits = self.model(input_ids=ids[None].to(self.model.device), use_cache=False, **keep).logits[0]
         finally:
             _current["attention"] = None
+            _current["local_kv_dtype"] = "auto"
         return logits.float()
