@@ -60,7 +60,9 @@ from aphrodite.inputs import TokensPrompt
 spec = json.loads(sys.argv[1])
 if spec.get("format") == "tiles-k4":                # the tile format with 4-bit keys
     os.environ["APHRODITE_INT2KV_K_BITS"] = "4"
-elif spec.get("format") not in (None, "default"):   # default: FORMAT unset (tiles)
+elif spec.get("format") == "fp8-local":             # the default format; sliding-window layers in fp8
+    os.environ["APHRODITE_INT2KV_LOCAL_KV_DTYPE"] = "fp8"
+elif spec.get("format") not in (None, "default", "fp8-local"):   # default: FORMAT unset (tiles)
     os.environ["APHRODITE_INT2KV_FORMAT"] = spec["format"]
 kw = dict(model=spec["model"], load_format="dummy", skip_tokenizer_init=True, dtype="bfloat16", seed=0,
           kv_cache_dtype="int2", enforce_eager=spec["eager"], enable_prefix_caching=spec["prefix"],
@@ -138,7 +140,7 @@ LOCAL_LINES = {   # models with sliding-window layers: what the start-up line sa
     ("hybrid", False, False, "tokens"), ("dense", True, False, "default"), ("dense", False, True, "tiles"),
     ("hybrid", False, False, "tiles"), ("gemma", True, False, "default"), ("gemma", False, True, "default"),
     ("gptoss", True, False, "default"), ("gptoss", False, True, "default"), ("dense", False, True, "tiles-k4"),
-    ("gemma", False, True, "tiles-k4")])
+    ("gemma", False, True, "tiles-k4"), ("gemma", False, True, "fp8-local")])
 def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eager, prefix, fmt):
     path = MODELS[model](tmp_path)
     # sliding-window models: those layers keep the engine's cache on a backend the user selects
@@ -160,6 +162,8 @@ def test_int2_generates_in_the_engine_through_its_own_glue(tmp_path, model, eage
     if model in LOCAL_LINES:   # the start-up line names the int2 layers and the local ones
         log = res.stdout + res.stderr
         for part in LOCAL_LINES[model]:
+            if fmt == "fp8-local":
+                part = part.replace("own auto cache", "own fp8 cache")
             assert part in log, (part, log[-4000:])
     assert calls.get("sinks_prepared", 0) == (2 if model == "gptoss" else 0), calls
     assert ("format=tiles" in res.stdout + res.stderr) == (fmt != "tokens")   # tiles: the default
