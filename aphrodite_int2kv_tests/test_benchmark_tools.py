@@ -130,6 +130,10 @@ def test_sliding_window_capacity_by_the_engines_arithmetic_on_both_engine_genera
     assert least < r["int2"] < r["bound:bf16-local"] and r["int2"] < r["int2+fp8-local"] < r["bound:fp8-local"], r
     assert rows["int2"]["int2_block"] == block and rows["int2"]["local_block"] == local
     assert rows["int2+fp8-local"]["local_kv_cache_dtype"] == "fp8" and rows["int2"]["local_kv_cache_dtype"] == "auto"
+    # 4-bit keys: fewer tokens than 3-bit keys with either local dtype, more with fp8 local layers
+    assert r["int2-k4"] < r["int2"] and r["int2-k4"] < r["int2-k4+fp8-local"] < r["int2+fp8-local"], r
+    assert rows["int2-k4+fp8-local"]["local_kv_cache_dtype"] == "fp8"
+    assert rows["int2-k4+fp8-local"]["int2_format"] == "tiles, K_BITS=4"
 
 
 def test_e2e_concurrency_list_takes_the_dtypes_own_maximum():

@@ -111,6 +111,7 @@ class Engine:
 ROW_SETTINGS = {
     "int2-k4": ("int2", {"APHRODITE_INT2KV_K_BITS": "4"}),
     "int2+fp8-local": ("int2", {"APHRODITE_INT2KV_LOCAL_KV_DTYPE": "fp8"}),
+    "int2-k4+fp8-local": ("int2", {"APHRODITE_INT2KV_K_BITS": "4", "APHRODITE_INT2KV_LOCAL_KV_DTYPE": "fp8"}),
 }
 
 
@@ -136,7 +137,7 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
     from aphrodite_int2kv.engine.options import options
 
     if options().tiles:                  # int2 with APHRODITE_INT2KV_K_BITS=4 (the tile format's 4-bit keys)
-        kinds = kinds + ["int2-k4"]
+        kinds = kinds + ["int2-k4"] + (["int2-k4+fp8-local"] if local_global else [])
     for kv in kinds:
         dtype, settings = ROW_SETTINGS.get(kv, (kv, {}))
         before = {name: os.environ.get(name) for name in settings}
