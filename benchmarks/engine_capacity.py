@@ -107,11 +107,14 @@ class Engine:
         return get_max_concurrency_for_kv_cache_config(cfg, conf) * self.context
 
 
-# rows that are int2 with a setting: (the engine's kv_cache_dtype, the environment the row sets)
+# rows that are int2 with a setting: (the engine's kv_cache_dtype, the environment the row sets,
+# engine arguments the row sets)
 ROW_SETTINGS = {
-    "int2-k4": ("int2", {"APHRODITE_INT2KV_K_BITS": "4"}),
-    "int2+fp8-local": ("int2", {"APHRODITE_INT2KV_LOCAL_KV_DTYPE": "fp8"}),
-    "int2-k4+fp8-local": ("int2", {"APHRODITE_INT2KV_K_BITS": "4", "APHRODITE_INT2KV_LOCAL_KV_DTYPE": "fp8"}),
+    "int2-k4": ("int2", {"APHRODITE_INT2KV_K_BITS": "4"}, {}),
+    "int2+fp8-local": ("int2", {"APHRODITE_INT2KV_LOCAL_KV_DTYPE": "fp8"}, {}),
+    "int2-k4+fp8-local": ("int2", {"APHRODITE_INT2KV_K_BITS": "4", "APHRODITE_INT2KV_LOCAL_KV_DTYPE": "fp8"}, {}),
+    # without prefix caching the recent window keeps no pages for prefix-hit points
+    "int2-no-prefix-caching": ("int2", {}, {"enable_prefix_caching": False}),
 }
 
 
@@ -138,8 +141,10 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
 
     if options().tiles:                  # int2 with APHRODITE_INT2KV_K_BITS=4 (the tile format's 4-bit keys)
         kinds = kinds + ["int2-k4"] + (["int2-k4+fp8-local"] if local_global else [])
+    if model == "dense8b":
+        kinds = kinds + ["int2-no-prefix-caching"]
     for kv in kinds:
-        dtype, settings = ROW_SETTINGS.get(kv, (kv, {}))
+        dtype, settings, engine_args = ROW_SETTINGS.get(kv, (kv, {}, {}))
         before = {name: os.environ.get(name) for name in settings}
         os.environ.update(settings)
         row = dict(kv_cache_dtype=kv, model=describe, context_len=engine.context, kv_gib=kv_gib, engine=engine.name,
@@ -149,7 +154,7 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
         if kv.startswith("int2"):     # APHRODITE_INT2KV_FORMAT: which int2 format the row sized
             row["int2_format"] = options().format + (f", K_BITS={options().k_bits}" if options().tiles else "")
         try:
-            n, extra = sized(dtype)
+            n, extra = sized(dtype, **engine_args)
             row.update(kv_tokens=n, vs_bf16=round(n / bf16_tokens, 3), **extra)
         except Exception as exc:   # noqa: BLE001 - a dtype the engine refuses or cannot size is a result
             row["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
@@ -195,12 +200,13 @@ def dense_sizer(engine: Engine):
                                     dtype=torch.uint8, tq_slot_size=tq.slot_size_aligned)
                 for i, n in enumerate(names)}, boundary
 
-    def sized(kv):
+    def sized(kv, **engine_args):
         if kv == "int2":
-            cfg = engine.int2_config(model, LAYERS)
+            cfg = engine.int2_config(model, LAYERS, **engine_args)
             return round(engine.tokens(cfg, offline.engine_specs(cfg))), {
                 "note": "the engine default: pages of 128 tokens (G64 slots, or two 64-token tiles with "
-                        "APHRODITE_INT2KV_FORMAT=tiles) and the 128-token bf16 recent window"}
+                        "APHRODITE_INT2KV_FORMAT=tiles) and the 128-token bf16 recent window; prefix caching "
+                        + ("off" if engine_args.get("enable_prefix_caching") is False else "on (the engine default)")}
         if kv.startswith("turboquant_"):
             specs, boundary = turboquant_specs(kv)
             return round(engine.tokens(engine.config(model), specs)), {
