@@ -95,12 +95,17 @@ def test_dtype_capacity_sizes_every_engine_dtype_by_the_engines_arithmetic(engin
     aphrodite_int2kv.register()
     # and with the tile format a row with 4-bit keys (APHRODITE_INT2KV_K_BITS=4): 109 instead of 93 B per token and head
     # and a row with prefix caching off (the recent window keeps no pages for prefix-hit points)
-    assert set(rows) == set(engine_kv_dtypes()) | ({"int2-k4"} if fmt == "tiles" else set()) | {"int2-no-prefix-caching"}
+    # (and with tiles, pages of 192 tokens: --block-size 192)
+    assert set(rows) == (set(engine_kv_dtypes()) | ({"int2-k4", "int2-block-192"} if fmt == "tiles" else set())
+                         | {"int2-no-prefix-caching"})
     assert rows["auto"]["vs_bf16"] == 1.0 and rows["fp8"]["vs_bf16"] == 2.0 and rows["int2"]["vs_bf16"] >= least
     assert rows["int2"]["vs_bf16"] < rows["int2-no-prefix-caching"]["vs_bf16"] < 1.05 * rows["int2"]["vs_bf16"]
     assert "prefix caching off" in rows["int2-no-prefix-caching"]["note"] and "on (" in rows["int2"]["note"]
     if fmt == "tiles":
         assert 4.2 < rows["int2-k4"]["vs_bf16"] < 4.3 and rows["int2-k4"]["int2_format"] == "tiles, K_BITS=4"
+        # window pages of 32 in a page of 192 pad less than 16 in 128: past 5x with prefix caching on
+        assert rows["int2"]["vs_bf16"] < 5.0 < rows["int2-block-192"]["vs_bf16"]
+        assert "pages of 192 tokens" in rows["int2-block-192"]["note"]
     from aphrodite.model_executor.layers.quantization.turboquant.config import TurboQuantConfig
 
     bf16_bytes = 2 * 128 * 2          # K and V of one head, one token

@@ -118,27 +118,29 @@ def _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D, sink_logits=None):
             assert torch.allclose(got, want, atol=ATOL, rtol=0), (b, i, (got - want).abs().max())
 
 
-@pytest.mark.parametrize("D,RATIO,R,sinks,ring,k_bits", [(64, 3, 64, 0, False, 3), (128, 2, 100, 4, False, 3),
-                                                         (128, 2, 100, 4, True, 3), (64, 3, 64, 4, True, 4),
-                                                         (256, 4, 100, 4, False, 4)])
-def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R, sinks, ring, k_bits):
+@pytest.mark.parametrize("D,RATIO,R,sinks,ring,k_bits,BS,WBS", [
+    (64, 3, 64, 0, False, 3, 128, 16), (128, 2, 100, 4, False, 3, 128, 16), (128, 2, 100, 4, True, 3, 128, 16),
+    (64, 3, 64, 4, True, 4, 128, 16), (256, 4, 100, 4, False, 4, 128, 16), (128, 2, 100, 4, False, 3, 192, 32)])
+def test_tile_attention_reads_tiles_window_and_chunk(D, RATIO, R, sinks, ring, k_bits, BS, WBS):
     """Prefill chunks, a chunk continuation and decodes, with and without the 4 sinks (read from
-    the window, left out of tile 0's record), the window paged or a ring; 3- and 4-bit keys."""
+    the window, left out of tile 0's record), the window paged or a ring; 3- and 4-bit keys; pages
+    of 128 tokens (window pages of 16) or of 192 (three tiles; window pages of 32)."""
     T = 64
     # (prefix, new tokens) per request: decodes first (one whose window starts inside the sinks),
     # then a chunk continuation and a prefill
     reqs = [(T * 5 - 1, 1), (T * 3 + 17, 1), (40, 1), (R + 1, 1), (T * 4 + 9, 70), (0, 150)]
     (q, k_new, v_new, pages, block_table, qsl, seq_lens, window), (ref_k, ref_v) = _tile_batch(
-        D, RATIO, R, reqs, seed=D, sinks=sinks, ring=ring, k_bits=k_bits)
+        D, RATIO, R, reqs, BS=BS, WBS=WBS, seed=D, sinks=sinks, ring=ring, k_bits=k_bits)
     out = tile_attention(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, qsl.to(DEVICE),
                          seq_lens, max(n for _, n in reqs), D ** -0.5, window, sinks=sinks, ring=ring)
     _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D)
 
 
-@pytest.mark.parametrize("D,RATIO,splits,sinks,ring,k_bits", [
-    (64, 1, 1, 0, False, 3), (128, 3, 3, 4, True, 3), (128, 8, 11, 4, False, 3), (256, 20, 4, 4, True, 3),
-    (128, 8, 5, 4, True, 4), (256, 4, 3, 4, False, 4)])
-def test_tile_split_decode_reads_tiles_window_and_token(D, RATIO, splits, sinks, ring, k_bits):
+@pytest.mark.parametrize("D,RATIO,splits,sinks,ring,k_bits,BS,WBS", [
+    (64, 1, 1, 0, False, 3, 128, 16), (128, 3, 3, 4, True, 3, 128, 16), (128, 8, 11, 4, False, 3, 128, 16),
+    (256, 20, 4, 4, True, 3, 128, 16), (128, 8, 5, 4, True, 4, 128, 16), (256, 4, 3, 4, False, 4, 128, 16),
+    (128, 8, 5, 4, False, 3, 192, 32)])
+def test_tile_split_decode_reads_tiles_window_and_token(D, RATIO, splits, sinks, ring, k_bits, BS, WBS):
     """The split decode (kernels/tile_split_decode.py): each KV head's records read once for its
     group of query heads (20 heads: two head tiles, the second part-masked), shares of a sequence's
     tiles over `splits` programs (more splits than tiles for the short ones: empty shares), the
@@ -149,7 +151,8 @@ def test_tile_split_decode_reads_tiles_window_and_token(D, RATIO, splits, sinks,
     # and a window that starts inside the sinks
     reqs = [(T * 7 - 1, 1), (T * 3 + 17, 1), (40, 1), (T * 2 + R - 1, 1), (T * 4, 1), (R + 2, 1)]
     (q, k_new, v_new, pages, block_table, qsl, seq_lens, window), (ref_k, ref_v) = _tile_batch(
-        D, RATIO, R, reqs, H=2 if RATIO < 20 else 1, seed=D + RATIO, sinks=sinks, ring=ring, k_bits=k_bits)
+        D, RATIO, R, reqs, H=2 if RATIO < 20 else 1, BS=BS, WBS=WBS, seed=D + RATIO, sinks=sinks, ring=ring,
+        k_bits=k_bits)
     out = tile_split_decode(q.to(DEVICE), k_new.to(DEVICE), v_new.to(DEVICE), pages, block_table, seq_lens, D ** -0.5,
                       window, num_splits=splits, sinks=sinks, ring=ring)
     _check(out, q, qsl, reqs, ref_k, ref_v, RATIO, D)

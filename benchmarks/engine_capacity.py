@@ -88,12 +88,13 @@ class Engine:
 
         return EngineArgs(model=model, max_model_len=self.context, skip_tokenizer_init=True, **kw).create_engine_config()
 
-    def int2_config(self, model, layers, **kw):
-        """An int2 engine config with `layers` of our real attention layers built in it (pages of 128)."""
+    def int2_config(self, model, layers, block: int = 128, **kw):
+        """An int2 engine config with `layers` of our real attention layers built in it (pages of
+        `block` tokens: the engine's default 128, or a user's --block-size)."""
         from aphrodite_int2kv.engine import offline
 
         cfg = self.config(model, kv_cache_dtype="int2", **kw)
-        cfg.cache_config.block_size = 128
+        cfg.cache_config.block_size = block
         offline.build_int2_layers(cfg, layers)
         return cfg
 
@@ -115,6 +116,8 @@ ROW_SETTINGS = {
     "int2-k4+fp8-local": ("int2", {"APHRODITE_INT2KV_K_BITS": "4", "APHRODITE_INT2KV_LOCAL_KV_DTYPE": "fp8"}, {}),
     # without prefix caching the recent window keeps no pages for prefix-hit points
     "int2-no-prefix-caching": ("int2", {}, {"enable_prefix_caching": False}),
+    # --block-size 192: three tiles a page, window pages of 32 tokens (less padding than 16 in 128)
+    "int2-block-192": ("int2", {}, {"block": 192}),
 }
 
 
@@ -142,7 +145,7 @@ def dtype_rows(engine: Engine, kv_gib: float, model: str) -> list[dict]:
     if options().tiles:                  # int2 with APHRODITE_INT2KV_K_BITS=4 (the tile format's 4-bit keys)
         kinds = kinds + ["int2-k4"] + (["int2-k4+fp8-local"] if local_global else [])
     if model == "dense8b":
-        kinds = kinds + ["int2-no-prefix-caching"]
+        kinds = kinds + ["int2-no-prefix-caching"] + (["int2-block-192"] if options().tiles else [])
     for kv in kinds:
         dtype, settings, engine_args = ROW_SETTINGS.get(kv, (kv, {}, {}))
         before = {name: os.environ.get(name) for name in settings}
@@ -204,8 +207,9 @@ def dense_sizer(engine: Engine):
         if kv == "int2":
             cfg = engine.int2_config(model, LAYERS, **engine_args)
             return round(engine.tokens(cfg, offline.engine_specs(cfg))), {
-                "note": "the engine default: pages of 128 tokens (G64 slots, or two 64-token tiles with "
-                        "APHRODITE_INT2KV_FORMAT=tiles) and the 128-token bf16 recent window; prefix caching "
+                "note": f"pages of {cfg.cache_config.block_size} tokens (the engine default 128: G64 slots, or two "
+                        "64-token tiles with APHRODITE_INT2KV_FORMAT=tiles) and the 128-token bf16 recent window; "
+                        "prefix caching "
                         + ("off" if engine_args.get("enable_prefix_caching") is False else "on (the engine default)")}
         if kv.startswith("turboquant_"):
             specs, boundary = turboquant_specs(kv)
