@@ -133,7 +133,8 @@ def tiles_row(timer, args, B, S, Hq, Hkv, D, bf16, best, copy_gbps, env) -> dict
 def _tiles_result(us, splits, planned, B, S, Hq, Hkv, D, L, BS, R, bf16, best, copy_gbps, env) -> dict:
     nbytes = B * S * Hkv * L.token_bytes
     row = dict(context_len=S, batch=B, num_q_heads=Hq, num_kv_heads=Hkv, head_dim=D, int2_format="tiles",
-               k_bits=L.k_bits, tile=64, block_size=BS, window=R, num_splits=splits, planned_splits=planned, int2_us=round(us, 2),
+               k_bits=L.k_bits, tile=64, block_size=BS, window=R, num_splits=splits, planned_splits=planned,
+               int2_us=round(us, 2),
                bf16_us=round(bf16[best], 2) if best else None, bf16_kernel=best,
                bf16_all_us={k: round(v, 2) for k, v in bf16.items()},
                speedup=round(bf16[best] / us, 3) if best else None, int2_bytes_read=nbytes,

@@ -161,7 +161,9 @@ def add_longctx_parser(sub):
                    help="a Hugging Face causal LM to measure instead of SmolLM2-135M: a directory, a GGUF file, or "
                         "gemma-3-270m (fetched on first use); transformers runs it, every global attention layer "
                         "reads the scheme's K/V, sliding-window layers stay in full precision")
-    p.add_argument("--local-kv-dtype", default="auto", choices=["auto", "fp8"],
+    from aphrodite_int2kv.engine.options import LOCAL_KV_DTYPES
+
+    p.add_argument("--local-kv-dtype", default="auto", choices=LOCAL_KV_DTYPES,
                    help="--model with sliding-window layers: the cache those layers read in every row but fp's, as "
                         "APHRODITE_INT2KV_LOCAL_KV_DTYPE sets it in the engine (fp8: e4m3, the engine's scale of 1); "
                         "fp8 adds a row with the global layers in full precision")
@@ -174,6 +176,8 @@ def add_longctx_parser(sub):
 
 
 def run_longctx(args) -> int:
+    import dataclasses
+
     import torch
 
     from aphrodite_int2kv.quality import longctx, smollm
@@ -188,7 +192,6 @@ def run_longctx(args) -> int:
         keys = args.only.split(",")
         schemes = [s for s in schemes if s.kind == "fp" or any(k in s.name for k in keys)]
     if args.rotations:
-        import dataclasses
         import os
 
         k_rot, v_rot = (os.path.join(args.rotations, f) for f in ("k_rotation.pt", "v_rotation.pt"))
@@ -198,8 +201,6 @@ def run_longctx(args) -> int:
         if not getattr(model, "local_layers", 0):
             raise SystemExit(f"longctx --local-kv-dtype {args.local_kv_dtype}: the model has no sliding-window layers "
                              "(drop the flag, or give --model a model with local attention such as gemma-3-270m)")
-        import dataclasses
-
         local = f" + {args.local_kv_dtype} local layers"
         schemes = [schemes[0], dataclasses.replace(schemes[0], name="fp" + local)] + [
             dataclasses.replace(s, name=s.name + local) for s in schemes[1:]]

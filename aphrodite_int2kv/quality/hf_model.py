@@ -8,8 +8,8 @@ norms are untouched: only what attention reads from the cache changes, as in the
 Layers with a sliding window (Gemma 2/3, gpt-oss, Mistral-style local attention) attend over
 their window as the engine keeps them: in the model dtype (full precision here), or in fp8 e4m3
 when the attention carries `local_kv_dtype = "fp8"` (APHRODITE_INT2KV_LOCAL_KV_DTYPE=fp8); the
-scheme applies to the global layers only. Refused with a clear message: logit soft-capping, and global layers whose
-query scale is not head_dim**-0.5. A model is a directory or a GGUF file (transformers reads it).
+scheme applies to the global layers only. Refused with a clear message: logit soft-capping, and
+global layers whose query scale is not head_dim**-0.5. A model is a directory or a GGUF file (transformers reads it).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import os
 import torch
 
 IMPLEMENTATION = "aphrodite_int2kv_harness"
-LOCAL_KV_DTYPES = ("auto", "fp8")
 _current = {"attention": None, "local_kv_dtype": "auto"}
 
 
@@ -117,8 +116,8 @@ class HFModel:
         self.model = AutoModelForCausalLM.from_pretrained(**where, dtype=torch.float32,
                                                           attn_implementation=IMPLEMENTATION).to(device).eval()
         self.tok = HarnessTokenizer(AutoTokenizer.from_pretrained(**where))
-        self.local_layers = sum(bool(getattr(m, "sliding_window", None)) for m in self.model.modules()
-                                if hasattr(m, "layer_idx") and hasattr(m, "sliding_window"))
+        self.local_layers = sum(1 for m in self.model.modules()       # attention modules with a window
+                                if hasattr(m, "layer_idx") and getattr(m, "sliding_window", None))
         c = self.model.config.get_text_config()
         heads = c.num_attention_heads
         self.cfg = Shapes(n_layers=c.num_hidden_layers, n_heads=heads,
